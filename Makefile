@@ -1,0 +1,28 @@
+# Every target runs over the modules listed in go.work.
+MODULES := $(shell go work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p')
+GOTEST_FLAGS ?= -race -shuffle=on -count=1
+
+.PHONY: test bench lint tidy build-alone fmt
+
+test:
+	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test $(GOTEST_FLAGS) ./...); done
+
+# BENCH selects benchmarks; COUNT repetitions feed benchstat.
+BENCH ?= .
+COUNT ?= 6
+bench:
+	cd bench && go test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -timeout 60m ./...
+
+lint:
+	@set -e; test -z "$$(gofmt -l $(MODULES))" || { gofmt -l $(MODULES); exit 1; }
+	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...); done
+
+# Each module must build on its own, which catches a missing require.
+build-alone:
+	@set -e; for m in $(MODULES); do echo "== GOWORK=off build $$m"; (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+
+tidy:
+	@set -e; for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy); done
+
+fmt:
+	gofmt -w $(MODULES)

@@ -1,0 +1,3 @@
+module github.com/tollgate-go/tollgate/core
+
+go 1.25
