@@ -1,0 +1,183 @@
+package tollgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A CachingResolver wraps a slow PlanResolver, typically a database query,
+// with a cache: each tenant's plan is looked up at most once per TTL,
+// concurrent misses for one tenant share a single lookup, and the cache holds
+// a bounded number of tenants. When a lookup fails, the plan last seen is
+// used for up to one more TTL before the error is returned.
+//
+// A plan change takes effect on the tenant's next request after Invalidate,
+// or within the TTL without it. A CachingResolver is safe for concurrent use.
+type CachingResolver struct {
+	next          PlanResolver
+	ttl           time.Duration
+	maxEntries    int
+	lookupTimeout time.Duration
+	now           func() time.Time
+
+	mu      sync.RWMutex
+	entries map[string]cachedPlan
+	flights map[string]*flight
+}
+
+type cachedPlan struct {
+	plan    Plan
+	expires time.Time
+}
+
+type flight struct {
+	done chan struct{}
+	plan Plan
+	err  error
+}
+
+// A CachingOption configures a CachingResolver.
+type CachingOption func(*CachingResolver)
+
+// WithMaxEntries bounds the number of tenants cached (default 100,000). When
+// the cache is full, expired entries go first, then those closest to expiry.
+func WithMaxEntries(n int) CachingOption {
+	return func(c *CachingResolver) { c.maxEntries = n }
+}
+
+// WithLookupTimeout bounds each lookup made through the wrapped resolver
+// (default 2 s). A lookup is shared by every request waiting for it, so it
+// does not end when the request that started it is cancelled.
+func WithLookupTimeout(d time.Duration) CachingOption {
+	return func(c *CachingResolver) { c.lookupTimeout = d }
+}
+
+// WithCacheClock makes the cache read its time from now; it is meant for tests.
+func WithCacheClock(now func() time.Time) CachingOption {
+	return func(c *CachingResolver) { c.now = now }
+}
+
+// NewCachingResolver returns a CachingResolver that caches the plans that
+// next resolves for ttl (> 0).
+func NewCachingResolver(next PlanResolver, ttl time.Duration, opts ...CachingOption) (*CachingResolver, error) {
+	c := &CachingResolver{
+		next:          next,
+		ttl:           ttl,
+		maxEntries:    100_000,
+		lookupTimeout: 2 * time.Second,
+		now:           time.Now,
+		entries:       make(map[string]cachedPlan),
+		flights:       make(map[string]*flight),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	switch {
+	case next == nil:
+		return nil, errors.New("tollgate: NewCachingResolver: the wrapped resolver is nil")
+	case ttl <= 0:
+		return nil, fmt.Errorf("tollgate: NewCachingResolver: ttl must be > 0, got %v", ttl)
+	case c.maxEntries < 1:
+		return nil, fmt.Errorf("tollgate: NewCachingResolver: WithMaxEntries must be >= 1, got %d", c.maxEntries)
+	case c.lookupTimeout <= 0:
+		return nil, fmt.Errorf("tollgate: NewCachingResolver: WithLookupTimeout must be > 0, got %v", c.lookupTimeout)
+	}
+	return c, nil
+}
+
+// ResolvePlan returns the cached plan of tenant, looking it up when it is
+// missing or older than the TTL.
+func (c *CachingResolver) ResolvePlan(ctx context.Context, tenant string) (Plan, error) {
+	now := c.now()
+	c.mu.RLock()
+	e, ok := c.entries[tenant]
+	c.mu.RUnlock()
+	if ok && now.Before(e.expires) {
+		return e.plan, nil
+	}
+
+	c.mu.Lock()
+	f, inFlight := c.flights[tenant]
+	if !inFlight {
+		f = &flight{done: make(chan struct{})}
+		c.flights[tenant] = f
+		go c.lookup(context.WithoutCancel(ctx), tenant, f)
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return Plan{}, ctx.Err()
+	}
+	if f.err != nil {
+		// The last plan seen is better than failing the request, for
+		// one more TTL.
+		if ok && now.Before(e.expires.Add(c.ttl)) {
+			return e.plan, nil
+		}
+		return Plan{}, f.err
+	}
+	return f.plan, nil
+}
+
+func (c *CachingResolver) lookup(ctx context.Context, tenant string, f *flight) {
+	ctx, cancel := context.WithTimeout(ctx, c.lookupTimeout)
+	defer cancel()
+	f.plan, f.err = c.next.ResolvePlan(ctx, tenant)
+	if f.err == nil {
+		f.err = f.plan.Validate()
+	}
+	c.mu.Lock()
+	// An Invalidate during the lookup orphans this flight: its answer may
+	// predate the plan change, so it is given to its waiters but not kept.
+	current := c.flights[tenant] == f
+	if current {
+		delete(c.flights, tenant)
+	}
+	if f.err == nil && current {
+		if _, present := c.entries[tenant]; !present && len(c.entries) >= c.maxEntries {
+			c.evictLocked()
+		}
+		c.entries[tenant] = cachedPlan{plan: f.plan, expires: c.now().Add(c.ttl)}
+	}
+	c.mu.Unlock()
+	close(f.done)
+}
+
+// evictLocked drops one entry: an expired one if a small sample holds one,
+// else the sampled entry closest to expiry. Map order is random, so the
+// sample is too.
+func (c *CachingResolver) evictLocked() {
+	var victim string
+	var earliest time.Time
+	n := 0
+	for tenant, e := range c.entries {
+		if n == 0 || e.expires.Before(earliest) {
+			victim, earliest = tenant, e.expires
+		}
+		if n++; n == 16 {
+			break
+		}
+	}
+	delete(c.entries, victim)
+}
+
+// Invalidate forgets the cached plan of tenant, so that its next request
+// looks the plan up again. Call it when a tenant changes plan.
+func (c *CachingResolver) Invalidate(tenant string) {
+	c.mu.Lock()
+	delete(c.entries, tenant)
+	delete(c.flights, tenant)
+	c.mu.Unlock()
+}
+
+// Len returns the number of tenants cached.
+func (c *CachingResolver) Len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.entries)
+}

@@ -1,0 +1,147 @@
+package tollgate
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// A ThrottleEvent reports one denied request: the Decision, with the
+// request's method and route.
+type ThrottleEvent struct {
+	Decision
+	Method string
+	Route  string
+}
+
+// NewThrottleLogger returns a throttle hook for WithOnThrottle that writes
+// one structured line per throttled request to logger, at level Warn, with
+// tenant_id, plan, cost, limit (burst), rate, remaining, retry_after_ms,
+// method and route.
+//
+// Lines are sampled per tenant: at most one per tenant per interval, carrying
+// in "suppressed" how many throttled requests of that tenant went unlogged
+// since the previous line. When a tenant stops being throttled, a last line
+// "throttled requests not logged" reports what its final interval held. A
+// tenant flooding the API thus costs one line an interval, and its volume
+// is still on record. The hook is safe for concurrent use.
+func NewThrottleLogger(logger *slog.Logger, interval time.Duration) func(context.Context, ThrottleEvent) {
+	s := newSampler(interval, func(tenant string, suppressed int64) {
+		logger.LogAttrs(context.Background(), slog.LevelWarn, "throttled requests not logged",
+			slog.String("tenant_id", tenant),
+			slog.Int64("suppressed", suppressed),
+		)
+	})
+	return func(ctx context.Context, e ThrottleEvent) {
+		log, suppressed := s.admit(e.Tenant, e.Time)
+		if !log {
+			return
+		}
+		logger.LogAttrs(ctx, slog.LevelWarn, "request throttled",
+			slog.String("tenant_id", e.Tenant),
+			slog.String("plan", e.Plan.Name),
+			slog.Int64("cost", e.Cost),
+			slog.Int64("limit", e.Plan.Limit.Burst),
+			slog.Float64("rate", e.Plan.Limit.Rate),
+			slog.Int64("remaining", e.Remaining),
+			slog.Int64("retry_after_ms", e.RetryAfter.Milliseconds()),
+			slog.String("method", e.Method),
+			slog.String("route", e.Route),
+			slog.Int64("suppressed", suppressed),
+		)
+	}
+}
+
+// A sampler admits at most one event per key per interval and counts the
+// rest. Counts left over when a key goes quiet are handed to flush, lazily,
+// by the next event that lands on the same shard an interval later. It
+// tracks a bounded number of keys: past the bound it forgets quiet keys and,
+// failing that, all of them (which at worst logs one extra line per key).
+type sampler struct {
+	interval time.Duration
+	flush    func(key string, suppressed int64)
+	seed     maphash.Seed
+	shards   [16]samplerShard
+}
+
+type samplerShard struct {
+	mu        sync.Mutex
+	keys      map[string]*sampleState
+	lastSweep time.Time
+}
+
+type sampleState struct {
+	last       time.Time
+	suppressed int64
+}
+
+const maxSampledKeysPerShard = 4096
+
+func newSampler(interval time.Duration, flush func(key string, suppressed int64)) *sampler {
+	s := &sampler{interval: interval, flush: flush, seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]*sampleState)
+	}
+	return s
+}
+
+// admit reports whether the event of key at now is to be logged and, if so,
+// how many events of key were suppressed since the last one logged.
+func (s *sampler) admit(key string, now time.Time) (bool, int64) {
+	sh := &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+	sh.mu.Lock()
+	var quiet []flushed
+	if now.Sub(sh.lastSweep) >= s.interval {
+		quiet = sh.sweep(now, s.interval, key)
+	}
+	log, suppressed := sh.admit(key, now, s.interval)
+	sh.mu.Unlock()
+	if s.flush != nil {
+		for _, f := range quiet {
+			s.flush(f.key, f.suppressed)
+		}
+	}
+	return log, suppressed
+}
+
+func (sh *samplerShard) admit(key string, now time.Time, interval time.Duration) (bool, int64) {
+	st, ok := sh.keys[key]
+	if ok && now.Sub(st.last) < interval {
+		st.suppressed++
+		return false, 0
+	}
+	if !ok {
+		if len(sh.keys) >= maxSampledKeysPerShard {
+			clear(sh.keys)
+		}
+		sh.keys[key] = &sampleState{last: now}
+		return true, 0
+	}
+	suppressed := st.suppressed
+	st.last, st.suppressed = now, 0
+	return true, suppressed
+}
+
+type flushed struct {
+	key        string
+	suppressed int64
+}
+
+// sweep forgets the keys quiet for an interval, except current, and returns
+// those that still had suppressed events to report.
+func (sh *samplerShard) sweep(now time.Time, interval time.Duration, current string) []flushed {
+	sh.lastSweep = now
+	var out []flushed
+	for k, st := range sh.keys {
+		if k == current || now.Sub(st.last) < interval {
+			continue
+		}
+		if st.suppressed > 0 {
+			out = append(out, flushed{k, st.suppressed})
+		}
+		delete(sh.keys, k)
+	}
+	return out
+}
