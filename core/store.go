@@ -64,7 +64,9 @@ func GCRA(tat, now int64, limit Limit, cost int64) (newTAT int64, r Result) {
 	newTAT = tat + cost*interval
 	ahead := newTAT - now
 	if ahead > tolerance {
-		r.Remaining = (tolerance - (tat - now)) / interval
+		// After a downgrade the debt can exceed the new tolerance: the
+		// bucket is then empty, not negative.
+		r.Remaining = max(tolerance-(tat-now), 0) / interval
 		r.RetryAfter = micros(ahead - tolerance)
 		r.ResetAfter = micros(tat - now)
 		return tat, r

@@ -181,6 +181,17 @@ var decisionTable = []decisionCase{
 		},
 	},
 	{
+		name:  "downgrade below the debt",
+		limit: enterprise,
+		steps: []step{
+			{cost: 2000, want: allow(0, 10*time.Second)},
+			// 10s are owed, more than the whole 1s window of the new
+			// plan: the bucket is empty until the debt is paid.
+			{limit: &threePerSec, cost: 1, want: deny(0, 9333332*time.Microsecond, 10*time.Second)},
+			{advance: 9333332 * time.Microsecond, limit: &threePerSec, cost: 1, want: allow(0, 1000002*time.Microsecond)},
+		},
+	},
+	{
 		name:  "rate that does not divide a second",
 		limit: threePerSec, // 333334us a token
 		steps: []step{

@@ -1,0 +1,29 @@
+package redisstore
+
+import "time"
+
+// WithTestClock makes the Store read all of its time from now: the script
+// gets now instead of the server's TIME, and the denial cache and breaker use
+// it too. It lets the conformance kit's timing cases be exact.
+func WithTestClock(now func() time.Time) Option {
+	return func(c *config) { c.localClock, c.scriptClock = now, now }
+}
+
+// WithLocalClock replaces the Store's own clock (denial cache and breaker)
+// and leaves decisions on the server's TIME, as a replica whose clock is off
+// would run.
+func WithLocalClock(now func() time.Time) Option {
+	return func(c *config) { c.localClock = now }
+}
+
+// RedisKey exposes the key mapping to the tests.
+func RedisKey(prefix, key string) string { return redisKey(prefix, key) }
+
+// Slot exposes the Cluster slot computation to the tests.
+func Slot(rkey string) int { return slot(rkey) }
+
+// CachedDenials reports how many buckets the denial cache holds.
+func (s *Store) CachedDenials() int { return s.cache.len() }
+
+// MaxRawKey is the longest key used as it is.
+const MaxRawKey = maxRawKey

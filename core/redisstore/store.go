@@ -1,0 +1,431 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	tollgate "github.com/tollgate-go/tollgate/core"
+)
+
+// DefaultTimeout is how long a Take waits for Redis unless WithTimeout says
+// otherwise. A rate limiter sits in front of every request, so it must give
+// up long before the request would have.
+const DefaultTimeout = 50 * time.Millisecond
+
+// DefaultBreakerFailures and DefaultBreakerBackoff configure the circuit
+// breaker unless WithCircuitBreaker says otherwise: it opens after 5 failed
+// round trips in a row and stays open for 500ms before it lets a probe
+// through.
+const (
+	DefaultBreakerFailures = 5
+	DefaultBreakerBackoff  = 500 * time.Millisecond
+)
+
+// DefaultDenialCacheSize is how many denied buckets a Store remembers unless
+// WithDenialCache says otherwise; about 150 bytes each.
+const DefaultDenialCacheSize = 65536
+
+// ErrUnavailable is wrapped by every error a Store returns because Redis did
+// not answer in time, failed, or is cut off by the open circuit breaker. A
+// Limiter applies its failure policy to such errors. Use errors.Is to test for
+// it.
+var ErrUnavailable = errors.New("redisstore: redis unavailable")
+
+// ErrCircuitOpen is wrapped, together with ErrUnavailable, by the errors a
+// Store returns without calling Redis because its circuit breaker is open.
+var ErrCircuitOpen = errors.New("redisstore: circuit breaker open")
+
+// maxBatch bounds the calls that one round trip carries, and maxQueued the
+// calls that may wait for one; beyond that a Take fails at once rather than
+// queue without bound behind a slow Redis.
+const (
+	maxBatch  = 2048
+	maxQueued = 64 * maxBatch
+)
+
+// An Option configures a Store.
+type Option func(*config)
+
+type config struct {
+	prefix          string
+	timeout         time.Duration
+	breakerFailures int
+	breakerBackoff  time.Duration
+	cacheSize       int
+	fallback        tollgate.Store
+
+	// Test hooks, set from export_test.go.
+	localClock  func() time.Time // the clock of the denial cache and breaker
+	scriptClock func() time.Time // if set, the script's time instead of TIME
+}
+
+// WithPrefix sets the prefix of every key the Store writes (default
+// DefaultPrefix). It must not contain '{' or '}', which would move every
+// tenant to the same Redis Cluster slot.
+func WithPrefix(prefix string) Option {
+	return func(c *config) { c.prefix = prefix }
+}
+
+// WithTimeout sets how long a Take waits for Redis before it gives up with an
+// error wrapping ErrUnavailable (default DefaultTimeout; d must be > 0). The
+// Store enforces it itself, whatever the client's timeouts and its
+// ContextTimeoutEnabled setting; a shorter deadline on the caller's context
+// also applies.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) { c.timeout = d }
+}
+
+// WithCircuitBreaker sets the circuit breaker: after failures round trips in
+// a row fail or time out, the Store stops calling Redis for backoff and
+// answers at once with an error wrapping ErrCircuitOpen (or from the
+// fallback); then one call goes through as a probe, and the breaker closes
+// if it succeeds or stays open for another backoff if not. failures < 1 turns
+// the breaker off. Defaults: DefaultBreakerFailures, DefaultBreakerBackoff.
+func WithCircuitBreaker(failures int, backoff time.Duration) Option {
+	return func(c *config) { c.breakerFailures, c.breakerBackoff = failures, backoff }
+}
+
+// WithDenialCache sets how many denied buckets the Store remembers locally
+// (default DefaultDenialCacheSize; 0 turns the cache off). While Redis's
+// answer says a bucket cannot serve a request before some instant, further
+// requests that it could not serve either are denied without a round trip.
+// The answer is exact: a bucket's state only moves forward, so a cached
+// denial never denies a request that Redis would allow.
+func WithDenialCache(size int) Option {
+	return func(c *config) { c.cacheSize = size }
+}
+
+// WithFallback makes the Store answer from fallback whenever Redis cannot
+// decide (an error wrapping ErrUnavailable), instead of returning the error.
+// The usual fallback is an in-process store whose limits are divided by the
+// number of replicas, so the fleet as a whole keeps to about the limit:
+//
+//	redisstore.WithFallback(redisstore.DividedStore{Store: memory.New(), Replicas: 4})
+//
+// Without a fallback the error goes to the Limiter, whose failure policy
+// decides.
+func WithFallback(fallback tollgate.Store) Option {
+	return func(c *config) { c.fallback = fallback }
+}
+
+// A Store is a tollgate.Store that keeps its buckets in Redis, so that any
+// number of API replicas share one bucket per key. It is safe for concurrent
+// use; one Store per client and process is the intended use.
+//
+// Each Take runs tollgate.GCRA atomically in a Lua script, on the Redis
+// server's clock. Takes that arrive while a round trip is in flight wait for
+// the next one, which carries them all; a Take that finds the Store idle goes
+// out at once. Requests for a bucket that Redis has already reported empty
+// are denied locally until it refills (see WithDenialCache). Redis failures
+// are bounded by a timeout and a circuit breaker (see WithTimeout,
+// WithCircuitBreaker, WithFallback).
+//
+// A Store holds no goroutine while idle and needs no Close; closing the
+// client is the caller's business. The zero Store is not usable; call New.
+type Store struct {
+	client      redis.UniversalClient
+	mode        clientMode
+	prefix      string
+	timeout     time.Duration
+	fallback    tollgate.Store
+	cache       *denialCache
+	breaker     breaker
+	base        time.Time
+	localClock  func() time.Time
+	scriptClock func() time.Time
+
+	mu    sync.Mutex
+	busy  bool    // a round trip is in flight
+	queue []*call // calls waiting for the next round trip
+}
+
+var _ tollgate.Store = (*Store)(nil)
+
+type clientMode int
+
+const (
+	modeOther   clientMode = iota // one key per script call
+	modeSingle                    // one server: any keys in one script call
+	modeCluster                   // Redis Cluster: one slot per script call
+)
+
+// New returns a Store that keeps its buckets in Redis through client: a
+// *redis.Client (one server, or a Sentinel-managed failover client from
+// redis.NewFailoverClient), a *redis.ClusterClient, or any UniversalClient.
+// New does not contact Redis; it returns an error only for a bad option.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: New needs a Redis client, got nil")
+	}
+	cfg := config{
+		prefix:          DefaultPrefix,
+		timeout:         DefaultTimeout,
+		breakerFailures: DefaultBreakerFailures,
+		breakerBackoff:  DefaultBreakerBackoff,
+		cacheSize:       DefaultDenialCacheSize,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkPrefix(cfg.prefix); err != nil {
+		return nil, err
+	}
+	if cfg.timeout <= 0 {
+		return nil, fmt.Errorf("redisstore: the timeout must be > 0, got %v", cfg.timeout)
+	}
+	if cfg.breakerFailures >= 1 && cfg.breakerBackoff <= 0 {
+		return nil, fmt.Errorf("redisstore: the circuit breaker back-off must be > 0, got %v", cfg.breakerBackoff)
+	}
+	if cfg.cacheSize < 0 {
+		return nil, fmt.Errorf("redisstore: the denial cache size must be >= 0, got %d", cfg.cacheSize)
+	}
+	s := &Store{
+		client:      client,
+		prefix:      cfg.prefix,
+		timeout:     cfg.timeout,
+		fallback:    cfg.fallback,
+		cache:       newDenialCache(cfg.cacheSize),
+		localClock:  cfg.localClock,
+		scriptClock: cfg.scriptClock,
+	}
+	s.breaker.init(cfg.breakerFailures, micros(cfg.breakerBackoff), micros(cfg.timeout))
+	if s.localClock != nil {
+		s.base = s.localClock()
+	} else {
+		s.base = time.Now()
+	}
+	switch client.(type) {
+	case *redis.Client:
+		s.mode = modeSingle
+	case *redis.ClusterClient:
+		s.mode = modeCluster
+	default:
+		s.mode = modeOther
+	}
+	return s, nil
+}
+
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// now returns the local monotonic time in microseconds. It times the denial
+// cache and the breaker only; decisions use the Redis server's clock.
+func (s *Store) now() int64 {
+	if s.localClock != nil {
+		return s.localClock().Sub(s.base).Microseconds()
+	}
+	return int64(time.Since(s.base) / time.Microsecond)
+}
+
+// call is one Take on its way to Redis.
+type call struct {
+	rkey      string
+	limit     tollgate.Limit
+	cost      int64
+	tolerance int64 // Burst x token interval, µs
+	need      int64 // cost x token interval, µs
+
+	// Written by whoever answers the call, before done is closed.
+	rel int64 // how far the TAT was ahead of Redis's now, µs
+	res tollgate.Result
+	err error
+
+	state atomic.Int32
+	done  chan struct{}
+}
+
+const (
+	callPending int32 = iota
+	callDelivered
+	callAbandoned
+)
+
+// deliver hands c's answer to its caller, unless the caller gave up.
+func (c *call) deliver() {
+	if c.state.CompareAndSwap(callPending, callDelivered) {
+		close(c.done)
+	}
+}
+
+// Take takes cost tokens from the bucket of key under limit. It implements
+// tollgate.Store.
+//
+// An invalid limit or cost is reported (wrapping tollgate.ErrInvalidLimit or
+// tollgate.ErrCostExceedsBurst) without calling Redis. When Redis cannot
+// decide within the timeout, Take answers from the fallback if there is one
+// and otherwise returns an error wrapping ErrUnavailable; it never waits
+// longer than the timeout or ctx allows.
+func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost int64) (tollgate.Result, error) {
+	if err := limit.Validate(); err != nil {
+		return tollgate.Result{}, err
+	}
+	if err := limit.CheckCost(cost); err != nil {
+		return tollgate.Result{}, err
+	}
+	rkey := redisKey(s.prefix, key)
+	start := s.now()
+	if r, ok := s.cache.deny(rkey, limit, cost, start); ok {
+		return r, nil
+	}
+	if !s.breaker.allow(start) {
+		return s.failed(ctx, key, limit, cost, fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen))
+	}
+	interval := limit.TokenInterval()
+	c := &call{
+		rkey:      rkey,
+		limit:     limit,
+		cost:      cost,
+		tolerance: limit.Burst * interval,
+		need:      cost * interval,
+		done:      make(chan struct{}),
+	}
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	if !s.submit(c) {
+		return s.failed(ctx, key, limit, cost, fmt.Errorf("%w: %d calls already wait for Redis", ErrUnavailable, maxQueued))
+	}
+	select {
+	case <-c.done:
+	case <-t.C:
+		if c.state.CompareAndSwap(callPending, callAbandoned) {
+			return s.failed(ctx, key, limit, cost, fmt.Errorf("%w: no answer within %v", ErrUnavailable, s.timeout))
+		}
+		<-c.done
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callPending, callAbandoned) {
+			return tollgate.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
+		}
+		<-c.done
+	}
+	if c.err != nil {
+		return s.failed(ctx, key, limit, cost, c.err)
+	}
+	return c.res, nil
+}
+
+// failed answers a Take that Redis could not decide: from the fallback, or
+// with err.
+func (s *Store) failed(ctx context.Context, key string, limit tollgate.Limit, cost int64, err error) (tollgate.Result, error) {
+	if s.fallback != nil && ctx.Err() == nil {
+		return s.fallback.Take(ctx, key, limit, cost)
+	}
+	return tollgate.Result{}, err
+}
+
+// submit sends c at once if no round trip is in flight, and otherwise queues
+// it for the next one. It reports false if too many calls are queued.
+func (s *Store) submit(c *call) bool {
+	s.mu.Lock()
+	if s.busy {
+		if len(s.queue) >= maxQueued {
+			s.mu.Unlock()
+			return false
+		}
+		s.queue = append(s.queue, c)
+		s.mu.Unlock()
+		return true
+	}
+	s.busy = true
+	s.mu.Unlock()
+	go s.run([]*call{c})
+	return true
+}
+
+// run makes round trips until no call waits. Only the goroutine that set
+// busy runs it, so one round trip at most is in flight, apart from those
+// that overran the timeout and were left behind.
+func (s *Store) run(batch []*call) {
+	for {
+		if len(batch) > 0 && !s.roundTrip(batch) {
+			return // the round trip overran; its watchdog carries on
+		}
+		batch = s.next()
+		if batch == nil {
+			return
+		}
+	}
+}
+
+// next takes the queued calls for the next round trip, answers those that
+// the denial cache now can, and drops those whose callers gave up. It
+// returns nil, and marks the Store idle, when the queue is empty.
+func (s *Store) next() []*call {
+	s.mu.Lock()
+	q := s.queue
+	if len(q) == 0 {
+		s.busy = false
+		s.queue = nil
+		s.mu.Unlock()
+		return nil
+	}
+	batch := q
+	if len(q) > maxBatch {
+		batch = q[:maxBatch:maxBatch]
+		s.queue = append([]*call(nil), q[maxBatch:]...)
+	} else {
+		s.queue = nil
+	}
+	s.mu.Unlock()
+
+	now := s.now()
+	kept := batch[:0]
+	for _, c := range batch {
+		if c.state.Load() != callPending {
+			continue
+		}
+		if r, ok := s.cache.deny(c.rkey, c.limit, c.cost, now); ok {
+			c.res = r
+			c.deliver()
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept
+}
+
+// roundTrip sends batch to Redis and delivers the answers. If Redis has not
+// answered within the timeout, a watchdog fails the batch, counts a failure
+// and takes over the queue, and roundTrip reports false: the stuck request
+// is left to the client's own timeouts while the next one goes out.
+func (s *Store) roundTrip(batch []*call) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		s.breaker.failure(s.now())
+		err := fmt.Errorf("%w: no answer within %v", ErrUnavailable, s.timeout)
+		for _, c := range batch {
+			if c.state.Load() == callPending {
+				c.err = err
+				c.deliver()
+			}
+		}
+		s.run(nil)
+	})
+	sent := s.now()
+	out, err := s.exec(ctx, batch)
+	if !stop() {
+		return false
+	}
+	if err != nil {
+		s.breaker.failure(s.now())
+	} else {
+		s.breaker.success()
+	}
+	for i, c := range batch {
+		err := out[i].err
+		if err == nil {
+			err = c.decode(out[i].v)
+		}
+		if err != nil {
+			c.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		} else {
+			s.cache.learn(c, sent)
+		}
+		c.deliver()
+	}
+	return true
+}
