@@ -77,8 +77,10 @@ func (c *denialCache) deny(rkey string, limit tollgate.Limit, cost, now int64) (
 	return r, true
 }
 
-// learn records what the answer to call c, sent at local time sent, tells of
-// its bucket, if the bucket can no longer serve a request like c's.
+// learn records what the answer to call cl, sent at local time sent, tells
+// of its bucket: always for a bucket already in the cache, whose figures
+// must stay current, and otherwise only if the bucket can no longer serve a
+// request like cl's.
 func (c *denialCache) learn(cl *call, sent int64) {
 	if c == nil {
 		return
@@ -87,18 +89,26 @@ func (c *denialCache) learn(cl *call, sent int64) {
 	if cl.res.Allowed {
 		rel += cl.need
 	}
-	if rel <= cl.tolerance-cl.need {
-		return // another request like this one would be allowed
-	}
 	tat := sent + rel
+	useful := rel > cl.tolerance-cl.need
 	sh := c.shard(cl.rkey)
+	if !useful {
+		sh.mu.RLock()
+		_, ok := sh.m[cl.rkey]
+		sh.mu.RUnlock()
+		if !ok {
+			return
+		}
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e, ok := sh.m[cl.rkey]; ok {
-		if e.limit == cl.limit && e.tat >= tat {
-			return // an answer that came back faster bounds it better
-		}
-	} else if len(sh.m) >= c.perShard {
+	e, ok := sh.m[cl.rkey]
+	switch {
+	case ok && e.limit == cl.limit && e.tat >= tat:
+		return // an answer that came back faster bounds the TAT better
+	case !ok && !useful:
+		return
+	case !ok && len(sh.m) >= c.perShard:
 		sh.evict(sent, c.perShard)
 	}
 	sh.m[cl.rkey] = cacheEntry{limit: cl.limit, tat: tat}

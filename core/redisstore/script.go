@@ -15,8 +15,10 @@ import (
 // microseconds since the Unix epoch on the Redis server's clock; a missing key
 // is a full bucket.
 //
-// ARGV[1] is the time in microseconds, or "" for the server's TIME (tests
-// pass their clock). ARGV[2i] and ARGV[2i+1] are the tolerance (Burst x
+// ARGV[1] is the time in microseconds, or "" for the server's TIME. Tests
+// pass their own clock, which does not run with the server's, so their keys
+// get ten more minutes to live lest they expire before the test's time has
+// reached the end of their TTL. ARGV[2i] and ARGV[2i+1] are the tolerance (Burst x
 // token interval) and the need (cost x token interval) of KEYS[i], integers
 // computed in Go, so the script only adds, subtracts and compares integers
 // below 2^53, which Lua's doubles hold exactly.
@@ -33,7 +35,10 @@ import (
 // it on Redis 3.2 to 6.
 const gcraScript = `
 local now = tonumber(ARGV[1])
-if not now then
+local slack = 0
+if now then
+  slack = 600000
+else
   redis.replicate_commands()
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -51,7 +56,7 @@ for i = 1, #KEYS do
     out[i] = -rel - 1
   else
     local ahead = rel + need
-    local ttl = (ahead + 999 - math.fmod(ahead + 999, 1000)) / 1000
+    local ttl = (ahead + 999 - math.fmod(ahead + 999, 1000)) / 1000 + slack
     redis.call('SET', KEYS[i], string.format('%.0f', now + ahead), 'PX', string.format('%.0f', ttl))
     out[i] = rel
   end

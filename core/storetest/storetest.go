@@ -27,30 +27,27 @@ import (
 )
 
 // A Clock is a manual clock for tests: it stands still until Advance moves
-// it. It is safe for concurrent use. The zero Clock is not usable; call
-// NewClock.
+// it. It is safe for concurrent use and takes no lock, so that it does not
+// serialise the goroutines of a concurrency test. The zero Clock is not
+// usable; call NewClock.
 type Clock struct {
-	mu  sync.Mutex
-	now time.Time
+	start   time.Time
+	elapsed atomic.Int64 // nanoseconds since start
 }
 
-// NewClock returns a Clock set to a fixed instant.
+// NewClock returns a Clock set to a fixed instant, 2026-01-01 00:00:00 UTC.
 func NewClock() *Clock {
-	return &Clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	return &Clock{start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 }
 
 // Now returns the clock's current time.
 func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
+	return c.start.Add(time.Duration(c.elapsed.Load()))
 }
 
 // Advance moves the clock forward by d.
 func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+	c.elapsed.Add(int64(d))
 }
 
 // A NewStore builds a fresh Store that reads its time from clock. Stores that
@@ -400,39 +397,38 @@ func RunConcurrency(t *testing.T, newStore NewStore) {
 		var allowed, failed, taken atomic.Int64
 		var advanced time.Duration
 		var wg sync.WaitGroup
-		stop := make(chan struct{})
+		// Workers wait for permits instead of spinning, so the goroutine
+		// that moves the clock is never starved of a CPU.
+		permits := make(chan struct{}, workers)
 		for w := 0; w < workers; w++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				for range permits {
 					r, err := store.Take(ctx, key, limit, 1+int64(w%3))
-					taken.Add(1)
 					if err != nil {
 						failed.Add(1)
-						continue
-					}
-					if r.Allowed {
+					} else if r.Allowed {
 						allowed.Add(1 + int64(w%3))
 					}
+					taken.Add(1)
 				}
 			}()
 		}
-		// 2 seconds of store time in 2ms steps, each after 16 more
-		// Takes, so a slow store sees the same contention as a fast one.
-		for range 1000 {
-			for target := taken.Load() + 16; taken.Load() < target; {
+		// 2 seconds of store time in 4ms steps, with 32 concurrent
+		// Takes in each step.
+		const perStep = 32
+		for step := int64(1); step <= 500; step++ {
+			for range perStep {
+				permits <- struct{}{}
+			}
+			for taken.Load() < step*perStep {
 				runtime.Gosched()
 			}
-			clock.Advance(2 * ms)
-			advanced += 2 * ms
+			clock.Advance(4 * ms)
+			advanced += 4 * ms
 		}
-		close(stop)
+		close(permits)
 		wg.Wait()
 		if failed.Load() > 0 {
 			t.Fatalf("%d Takes failed", failed.Load())
@@ -442,7 +438,7 @@ func RunConcurrency(t *testing.T, newStore NewStore) {
 		if got > ceiling {
 			t.Fatalf("allowed %d tokens in %v; Burst + Rate x elapsed is %d", got, advanced, ceiling)
 		}
-		// Every 2ms step frees 0.2 tokens and workers never stop
+		// Every 4ms step frees 0.4 tokens and workers never stop
 		// asking, so nearly all of the budget must have been granted.
 		if floor := ceiling * 9 / 10; got < floor {
 			t.Fatalf("allowed only %d tokens in %v, want at least %d of %d", got, advanced, floor, ceiling)

@@ -1,0 +1,207 @@
+package tollgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/storetest"
+)
+
+// planDB stands in for the application's database of plans.
+type planDB struct {
+	mu      sync.Mutex
+	plans   map[string]tollgate.Plan
+	lookups atomic.Int64
+	fail    atomic.Bool
+	gate    chan struct{} // when set, lookups wait for it
+}
+
+func (db *planDB) ResolvePlan(ctx context.Context, tenant string) (tollgate.Plan, error) {
+	db.lookups.Add(1)
+	if db.gate != nil {
+		select {
+		case <-db.gate:
+		case <-ctx.Done():
+			return tollgate.Plan{}, ctx.Err()
+		}
+	}
+	if db.fail.Load() {
+		return tollgate.Plan{}, errors.New("database unavailable")
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if p, ok := db.plans[tenant]; ok {
+		return p, nil
+	}
+	return tollgate.Free, nil
+}
+
+func (db *planDB) set(tenant string, p tollgate.Plan) {
+	db.mu.Lock()
+	db.plans[tenant] = p
+	db.mu.Unlock()
+}
+
+func newCache(t *testing.T, db *planDB, opts ...tollgate.CachingOption) (*tollgate.CachingResolver, *storetest.Clock) {
+	t.Helper()
+	clock := storetest.NewClock()
+	c, err := tollgate.NewCachingResolver(db, time.Minute, append([]tollgate.CachingOption{tollgate.WithCacheClock(clock.Now)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, clock
+}
+
+func TestCachingResolverTTLAndInvalidate(t *testing.T) {
+	db := &planDB{plans: map[string]tollgate.Plan{"acme": tollgate.Startup}}
+	c, clock := newCache(t, db)
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		if p, err := c.ResolvePlan(ctx, "acme"); err != nil || p != tollgate.Startup {
+			t.Fatalf("ResolvePlan = %v, %v", p, err)
+		}
+	}
+	if n := db.lookups.Load(); n != 1 {
+		t.Fatalf("%d lookups within the TTL, want 1", n)
+	}
+	db.set("acme", tollgate.Enterprise)
+	clock.Advance(59 * time.Second)
+	if p, _ := c.ResolvePlan(ctx, "acme"); p != tollgate.Startup {
+		t.Fatalf("within the TTL the cached plan should hold, got %v", p.Name)
+	}
+	clock.Advance(time.Second)
+	if p, _ := c.ResolvePlan(ctx, "acme"); p != tollgate.Enterprise {
+		t.Fatalf("after the TTL got %v, want enterprise", p.Name)
+	}
+	// Invalidate: the change applies on the very next request.
+	db.set("acme", tollgate.Growth)
+	c.Invalidate("acme")
+	if p, _ := c.ResolvePlan(ctx, "acme"); p != tollgate.Growth {
+		t.Fatalf("after Invalidate got %v, want growth", p.Name)
+	}
+}
+
+func TestCachingResolverSingleFlight(t *testing.T) {
+	db := &planDB{plans: map[string]tollgate.Plan{}, gate: make(chan struct{})}
+	c, _ := newCache(t, db)
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.ResolvePlan(context.Background(), "acme"); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	// Let the 50 callers pile up on the one lookup before it answers.
+	for db.lookups.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(db.gate)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := db.lookups.Load(); n != 1 {
+		t.Fatalf("%d lookups for 50 concurrent misses, want 1", n)
+	}
+}
+
+func TestCachingResolverWaiterCancellation(t *testing.T) {
+	db := &planDB{plans: map[string]tollgate.Plan{}, gate: make(chan struct{})}
+	defer close(db.gate)
+	c, _ := newCache(t, db)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.ResolvePlan(ctx, "acme"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter got %v", err)
+	}
+}
+
+func TestCachingResolverInvalidateDuringLookup(t *testing.T) {
+	db := &planDB{plans: map[string]tollgate.Plan{"acme": tollgate.Startup}, gate: make(chan struct{})}
+	c, _ := newCache(t, db)
+	done := make(chan tollgate.Plan)
+	go func() {
+		p, _ := c.ResolvePlan(context.Background(), "acme")
+		done <- p
+	}()
+	for db.lookups.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// The plan changes while the old lookup is under way.
+	c.Invalidate("acme")
+	db.set("acme", tollgate.Enterprise)
+	close(db.gate)
+	<-done
+	if p, _ := c.ResolvePlan(context.Background(), "acme"); p != tollgate.Enterprise {
+		t.Fatalf("an answer from before Invalidate was cached: %v", p.Name)
+	}
+}
+
+func TestCachingResolverStaleOnError(t *testing.T) {
+	db := &planDB{plans: map[string]tollgate.Plan{"acme": tollgate.Growth}}
+	c, clock := newCache(t, db)
+	ctx := context.Background()
+	c.ResolvePlan(ctx, "acme")
+	db.fail.Store(true)
+	clock.Advance(90 * time.Second) // expired, within one more TTL
+	if p, err := c.ResolvePlan(ctx, "acme"); err != nil || p != tollgate.Growth {
+		t.Fatalf("with the database down the last plan should serve: %v, %v", p, err)
+	}
+	clock.Advance(31 * time.Second)
+	if _, err := c.ResolvePlan(ctx, "acme"); err == nil {
+		t.Fatal("two TTLs after the last success the error must surface")
+	}
+	if _, err := c.ResolvePlan(ctx, "never-seen"); err == nil {
+		t.Fatal("an unknown tenant with the database down must be an error")
+	}
+}
+
+func TestCachingResolverIsBounded(t *testing.T) {
+	db := &planDB{plans: map[string]tollgate.Plan{}}
+	c, clock := newCache(t, db, tollgate.WithMaxEntries(10))
+	for i := 0; i < 100; i++ {
+		clock.Advance(time.Millisecond)
+		if _, err := c.ResolvePlan(context.Background(), fmt.Sprint("tenant-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.Len(); n > 10 {
+		t.Fatalf("cache holds %d tenants, bound is 10", n)
+	}
+}
+
+func TestCachingResolverRejectsInvalidPlans(t *testing.T) {
+	bad := tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
+		return tollgate.Plan{Name: "broken", Limit: tollgate.Limit{Rate: 0, Burst: 5}}, nil
+	})
+	c, err := tollgate.NewCachingResolver(bad, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ResolvePlan(context.Background(), "x"); !errors.Is(err, tollgate.ErrInvalidLimit) {
+		t.Fatalf("invalid plan from the database: %v", err)
+	}
+	for name, build := range map[string]func() error{
+		"nil":      func() error { _, err := tollgate.NewCachingResolver(nil, time.Minute); return err },
+		"zero ttl": func() error { _, err := tollgate.NewCachingResolver(bad, 0); return err },
+		"entries": func() error {
+			_, err := tollgate.NewCachingResolver(bad, time.Minute, tollgate.WithMaxEntries(0))
+			return err
+		},
+	} {
+		if build() == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

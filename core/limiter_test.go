@@ -1,0 +1,323 @@
+package tollgate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storetest"
+)
+
+var errStoreDown = errors.New("store down")
+
+type failingStore struct{ calls int }
+
+func (s *failingStore) Take(context.Context, string, tollgate.Limit, int64) (tollgate.Result, error) {
+	s.calls++
+	return tollgate.Result{}, errStoreDown
+}
+
+// stuckStore blocks until its context ends, like a Redis that never answers,
+// and records the deadline it was given.
+type stuckStore struct {
+	mu       sync.Mutex
+	deadline time.Duration
+	had      bool
+}
+
+func (s *stuckStore) Take(ctx context.Context, _ string, _ tollgate.Limit, _ int64) (tollgate.Result, error) {
+	d, ok := ctx.Deadline()
+	s.mu.Lock()
+	s.had, s.deadline = ok, time.Until(d)
+	s.mu.Unlock()
+	<-ctx.Done()
+	return tollgate.Result{}, ctx.Err()
+}
+
+func newLimiter(t *testing.T, store tollgate.Store, opts ...tollgate.Option) (*tollgate.Limiter, *storetest.Clock) {
+	t.Helper()
+	clock := storetest.NewClock()
+	if store == nil {
+		store = memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
+	}
+	resolver, err := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", map[string]string{"acme": "enterprise"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil)}, opts...)
+	l, err := tollgate.New(store, resolver, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clock
+}
+
+func TestLimiterDecides(t *testing.T) {
+	l, clock := newLimiter(t, nil)
+	ctx := context.Background()
+	d, err := l.Take(ctx, tollgate.Request{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tollgate.Decision{Allowed: true, Tenant: "acme", Plan: tollgate.Enterprise, Cost: 1, Remaining: 1999,
+		ResetAfter: 5 * time.Millisecond, Time: clock.Now()}
+	if !d.HasFigures() || d.Allowed != want.Allowed || d.Plan != want.Plan || d.Cost != 1 || d.Remaining != want.Remaining ||
+		d.ResetAfter != want.ResetAfter || !d.Time.Equal(want.Time) || d.Degraded {
+		t.Fatalf("got %+v, want %+v", d, want)
+	}
+	for i := 0; i < 2; i++ {
+		if d, _ = l.Take(ctx, tollgate.Request{Tenant: "other", Cost: 10}); !d.Allowed {
+			t.Fatalf("take %d of 10 tokens from a free bucket of 20 denied: %+v", i, d)
+		}
+	}
+	if d, _ = l.Take(ctx, tollgate.Request{Tenant: "other"}); d.Allowed || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("21st token of a free bucket: %+v", d)
+	}
+}
+
+func TestLimiterRejectsImpossibleCosts(t *testing.T) {
+	l, _ := newLimiter(t, nil)
+	ctx := context.Background()
+	_, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 21})
+	if !errors.Is(err, tollgate.ErrCostExceedsBurst) || !strings.Contains(err.Error(), `"free"`) {
+		t.Errorf("cost 21 on free (burst 20): %v, want ErrCostExceedsBurst naming the plan", err)
+	}
+	if _, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: -1}); !errors.Is(err, tollgate.ErrInvalidLimit) {
+		t.Errorf("cost -1: %v", err)
+	}
+	a := l.Answer(ctx, tollgate.Request{Tenant: "t", Cost: 21})
+	if a.Status != http.StatusInternalServerError || a.Body != tollgate.InternalErrorBody {
+		t.Errorf("Answer for an impossible cost: %+v", a)
+	}
+}
+
+func TestFailurePolicy(t *testing.T) {
+	ctx := context.Background()
+	t.Run("open", func(t *testing.T) {
+		l, _ := newLimiter(t, &failingStore{})
+		d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
+		if err != nil || !d.Allowed || !d.Degraded || d.HasFigures() || !errors.Is(d.Err, errStoreDown) {
+			t.Fatalf("fail-open: %+v, %v", d, err)
+		}
+		h := http.Header{}
+		d.WriteHeaders(h)
+		if len(h) != 0 {
+			t.Errorf("fail-open decision wrote headers %v", h)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFailurePolicy(tollgate.FailClosed))
+		d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
+		if err != nil || d.Allowed || !d.Degraded || d.HasFigures() {
+			t.Fatalf("fail-closed: %+v, %v", d, err)
+		}
+		if d.DenialStatus() != http.StatusServiceUnavailable || d.DenialBody().Error != tollgate.CodeUnavailable {
+			t.Errorf("fail-closed answer %d %+v", d.DenialStatus(), d.DenialBody())
+		}
+	})
+	t.Run("fallback", func(t *testing.T) {
+		clock := storetest.NewClock()
+		fallback := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
+		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallbackStore(fallback), tollgate.WithFailurePolicy(tollgate.FailClosed))
+		allowed := 0
+		for i := 0; i < 25; i++ {
+			d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
+			if err != nil || !d.Degraded || !d.HasFigures() {
+				t.Fatalf("fallback decision %+v, %v", d, err)
+			}
+			if d.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 20 {
+			t.Errorf("fallback allowed %d of 25, want the free burst of 20", allowed)
+		}
+	})
+	t.Run("fallback fails too", func(t *testing.T) {
+		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallbackStore(&failingStore{}), tollgate.WithFailurePolicy(tollgate.FailClosed))
+		d, _ := l.Take(ctx, tollgate.Request{Tenant: "t"})
+		if d.Allowed || !d.Degraded || d.HasFigures() || !errors.Is(d.Err, errStoreDown) {
+			t.Fatalf("%+v", d)
+		}
+	})
+	t.Run("resolver fails", func(t *testing.T) {
+		broken := tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
+			return tollgate.Plan{}, errors.New("db down")
+		})
+		store := &failingStore{}
+		for _, policy := range []tollgate.FailurePolicy{tollgate.FailOpen, tollgate.FailClosed} {
+			l, err := tollgate.New(store, broken, tollgate.WithFailurePolicy(policy), tollgate.WithLogger(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
+			if err != nil || !d.Degraded || d.Allowed != (policy == tollgate.FailOpen) || !strings.Contains(d.Err.Error(), "db down") {
+				t.Errorf("%v: %+v, %v", policy, d, err)
+			}
+		}
+		if store.calls != 0 {
+			t.Errorf("store called %d times without a plan", store.calls)
+		}
+	})
+}
+
+func TestStoreTimeout(t *testing.T) {
+	stuck := &stuckStore{}
+	l, _ := newLimiter(t, stuck, tollgate.WithStoreTimeout(20*time.Millisecond))
+	d, err := l.Take(context.Background(), tollgate.Request{Tenant: "t"})
+	if err != nil || !d.Allowed || !d.Degraded || !errors.Is(d.Err, context.DeadlineExceeded) {
+		t.Fatalf("stuck store: %+v, %v", d, err)
+	}
+	if !stuck.had || stuck.deadline > 20*time.Millisecond {
+		t.Fatalf("store saw deadline %v (set: %v), want at most 20ms", stuck.deadline, stuck.had)
+	}
+	if _, err := tollgate.New(stuck, tollgate.SinglePlan(tollgate.Free), tollgate.WithStoreTimeout(0)); err == nil {
+		t.Error("a zero store timeout was accepted")
+	}
+}
+
+func TestNewRejectsBadConfiguration(t *testing.T) {
+	store := memory.New()
+	defer store.Close()
+	cases := map[string]func() (*tollgate.Limiter, error){
+		"nil store":    func() (*tollgate.Limiter, error) { return tollgate.New(nil, tollgate.SinglePlan(tollgate.Free)) },
+		"nil resolver": func() (*tollgate.Limiter, error) { return tollgate.New(store, nil) },
+		"bad policy": func() (*tollgate.Limiter, error) {
+			return tollgate.New(store, tollgate.SinglePlan(tollgate.Free), tollgate.WithFailurePolicy(7))
+		},
+	}
+	for name, build := range cases {
+		if l, err := build(); err == nil || l != nil {
+			t.Errorf("%s: got %v, %v; want an error", name, l, err)
+		}
+	}
+}
+
+func TestPlanChangeAppliesOnNextRequest(t *testing.T) {
+	clock := storetest.NewClock()
+	resolver, _ := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
+	l, _ := tollgate.New(memory.New(memory.WithClock(clock.Now)), resolver, tollgate.WithLogger(nil))
+	ctx := context.Background()
+	d, _ := l.Take(ctx, tollgate.Request{Tenant: "globex"})
+	if d.Plan.Name != "free" {
+		t.Fatalf("plan %q before the upgrade", d.Plan.Name)
+	}
+	if err := resolver.Assign("globex", "growth"); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket owes the 0.5s of the free token it spent: 25 growth
+	// tokens, and this request takes one more.
+	if d, _ = l.Take(ctx, tollgate.Request{Tenant: "globex"}); d.Plan.Name != "growth" || d.Remaining != 500-25-1 {
+		t.Fatalf("after the upgrade: plan %q remaining %d", d.Plan.Name, d.Remaining)
+	}
+	if err := resolver.Assign("globex", "platinum"); !errors.Is(err, tollgate.ErrUnknownPlan) {
+		t.Errorf("assigning an unknown plan: %v", err)
+	}
+}
+
+func TestThrottleEvents(t *testing.T) {
+	var events []tollgate.ThrottleEvent
+	l, _ := newLimiter(t, nil, tollgate.WithOnThrottle(func(_ context.Context, e tollgate.ThrottleEvent) {
+		events = append(events, e)
+	}))
+	ctx := context.Background()
+	for i := 0; i < 23; i++ {
+		l.Take(ctx, tollgate.Request{Tenant: "t", Method: "GET", Route: "/api/hello"})
+	}
+	if len(events) != 3 {
+		t.Fatalf("%d throttle events for 3 denials", len(events))
+	}
+	e := events[0]
+	if e.Tenant != "t" || e.Plan.Name != "free" || e.Method != "GET" || e.Route != "/api/hello" || e.Allowed || e.RetryAfter != 500*time.Millisecond {
+		t.Errorf("event %+v", e)
+	}
+}
+
+func TestThrottleLogIsSampledPerTenant(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	clock := storetest.NewClock()
+	resolver, _ := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
+	l, err := tollgate.New(memory.New(memory.WithClock(clock.Now)), resolver, tollgate.WithLogger(logger), tollgate.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	flood := func(tenant string, n int) {
+		for i := 0; i < n; i++ {
+			l.Take(ctx, tollgate.Request{Tenant: tenant, Method: "POST", Route: "/api/reports"})
+		}
+	}
+	// 1,000 requests in the same instant: 20 allowed, 980 throttled.
+	flood("loop", 1000)
+	flood("other", 21)
+	clock.Advance(time.Second)
+	flood("loop", 10) // 2 tokens came back: 8 throttled
+	lines := decodeLines(t, &buf)
+	if len(lines) != 3 {
+		t.Fatalf("%d log lines, want 3 (loop, other, loop again):\n%s", len(lines), buf.String())
+	}
+	first := lines[0]
+	for field, want := range map[string]any{
+		"msg": "request throttled", "level": "WARN", "tenant_id": "loop", "plan": "free", "cost": 1.0,
+		"limit": 20.0, "rate": 2.0, "remaining": 0.0, "retry_after_ms": 500.0, "method": "POST",
+		"route": "/api/reports", "suppressed": 0.0,
+	} {
+		if first[field] != want {
+			t.Errorf("first line %s = %v, want %v", field, first[field], want)
+		}
+	}
+	if lines[1]["tenant_id"] != "other" {
+		t.Errorf("second line is for %v, want other", lines[1]["tenant_id"])
+	}
+	if lines[2]["tenant_id"] != "loop" || lines[2]["suppressed"] != 979.0 {
+		t.Errorf("third line %v, want loop with suppressed 979", lines[2])
+	}
+	// loop goes quiet: its last 7 suppressed are reported by the next
+	// event on its shard an interval later; drive every shard.
+	buf.Reset()
+	clock.Advance(2 * time.Second)
+	for i := 0; i < 200; i++ {
+		flood("probe-"+string(rune('a'+i%26))+string(rune('a'+i/26)), 21)
+	}
+	found := false
+	for _, line := range decodeLines(t, &buf) {
+		if line["msg"] == "throttled requests not logged" && line["tenant_id"] == "loop" {
+			found = line["suppressed"] == 7.0
+		}
+	}
+	if !found {
+		t.Errorf("no final count of 7 for loop:\n%s", buf.String())
+	}
+}
+
+func decodeLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func newMemory(t *testing.T) *memory.Store {
+	s := memory.New()
+	t.Cleanup(func() { s.Close() })
+	return s
+}

@@ -1,0 +1,39 @@
+package redisstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/storetest"
+)
+
+// runConformance runs core's store table against Stores over client, with
+// the kit's clock passed to the script, so the timing cases are exact. The
+// timeout is generous: these tests are about decisions, not latency.
+func runConformance(t *testing.T, client redis.UniversalClient, opts ...redisstore.Option) {
+	prefix := testPrefix(t)
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) tollgate.Store {
+		o := append([]redisstore.Option{
+			redisstore.WithPrefix(prefix),
+			redisstore.WithTestClock(clock.Now),
+			redisstore.WithTimeout(5 * time.Second),
+		}, opts...)
+		s, err := redisstore.New(client, o...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformance(t *testing.T) {
+	client := newClient(t)
+	t.Run("default", func(t *testing.T) { runConformance(t, client) })
+	// The script alone, every Take a round trip.
+	t.Run("no denial cache", func(t *testing.T) { runConformance(t, client, redisstore.WithDenialCache(0)) })
+	// One key per script call, as for a Ring or a wrapped client.
+	t.Run("one key per call", func(t *testing.T) { runConformance(t, otherClient{client}) })
+}
