@@ -180,8 +180,11 @@ func (m *limiter) handle(c *gin.Context) {
 			return
 		}
 	}
+	c.Writer.Header()["X-Content-Type-Options"] = nosniff
 	c.AbortWithStatusJSON(a.Status, a.Body)
 }
+
+var nosniff = []string{"nosniff"}
 
 // misconfigured returns a handler that answers every request with 500 and
 // logs err on the first one, so that a configuration mistake is loud in the
