@@ -3,6 +3,8 @@ package tollgate
 import (
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,48 +56,58 @@ func (d *Decision) WriteHeaders(h http.Header) {
 	}
 }
 
-// headerValues formats the header values into vals, all in one string, and
-// returns how many there are.
+// planHeaders are the header values that depend on the plan alone.
+type planHeaders struct {
+	limit    string // X-RateLimit-Limit: the burst
+	policy   string // RateLimit-Policy
+	rlPrefix string // RateLimit up to the remaining count: "<plan>";r=
+}
+
+func newPlanHeaders(p Plan) *planHeaders {
+	window := max(ceilSeconds(p.Limit.Window()), 1)
+	policy := appendSFString(nil, p.Name)
+	policy = append(policy, ";q="...)
+	policy = strconv.AppendInt(policy, p.Limit.Burst, 10)
+	policy = append(policy, ";w="...)
+	policy = strconv.AppendInt(policy, window, 10)
+	return &planHeaders{
+		limit:    strconv.FormatInt(p.Limit.Burst, 10),
+		policy:   string(policy),
+		rlPrefix: string(appendSFString(nil, p.Name)) + ";r=",
+	}
+}
+
+// headerValues formats the header values into vals and returns how many
+// there are. The per-request values share one string.
 func (d *Decision) headerValues(vals *[len(headerNames)]string) int {
-	var buf [160]byte
-	b := buf[:0]
-	var ends [len(headerNames)]int
-	n := 0
-	mark := func() { ends[n] = len(b); n++ }
-
-	limit := d.Plan.Limit
-	reset := ceilSeconds(d.ResetAfter)
-	window := max(ceilSeconds(limit.Window()), 1)
-
-	b = strconv.AppendInt(b, limit.Burst, 10)
-	mark()
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	mark()
+	ph := d.planHeaders
+	if ph == nil {
+		ph = newPlanHeaders(d.Plan)
+	}
+	var buf [128]byte
+	b := strconv.AppendInt(buf[:0], d.Remaining, 10)
+	endRemaining := len(b)
 	b = strconv.AppendInt(b, ceilUnix(d.Time.Add(d.ResetAfter)), 10)
-	mark()
-	b = appendSFString(b, d.Plan.Name)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, limit.Burst, 10)
-	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, window, 10)
-	mark()
-	b = appendSFString(b, d.Plan.Name)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
+	endReset := len(b)
+	b = append(b, ph.rlPrefix...)
+	b = append(b, b[:endRemaining]...)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
-	mark()
+	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	endRateLimit := len(b)
 	if !d.Allowed {
 		b = strconv.AppendInt(b, RetryAfterSeconds(d.RetryAfter), 10)
-		mark()
 	}
 	s := string(b)
-	start := 0
-	for i := 0; i < n; i++ {
-		vals[i] = s[start:ends[i]]
-		start = ends[i]
+	vals[0] = ph.limit
+	vals[1] = s[:endRemaining]
+	vals[2] = s[endRemaining:endReset]
+	vals[3] = ph.policy
+	vals[4] = s[endReset:endRateLimit]
+	if d.Allowed {
+		return 5
 	}
-	return n
+	vals[5] = s[endRateLimit:]
+	return 6
 }
 
 // RetryAfterSeconds returns d in whole seconds, rounded up, and at least 1:
@@ -135,4 +147,39 @@ func appendSFString(b []byte, s string) []byte {
 		b = append(b, c)
 	}
 	return append(b, '"')
+}
+
+// A planHeaderCache keeps the planHeaders of the plans a Limiter has seen.
+// Reads take no lock; the few writes copy the map.
+type planHeaderCache struct {
+	mu    sync.Mutex
+	plans atomic.Pointer[map[Plan]*planHeaders]
+}
+
+// maxCachedPlans bounds the cache against resolvers that make up a plan per
+// tenant; past it, header values are formatted on each request.
+const maxCachedPlans = 256
+
+func (c *planHeaderCache) get(p Plan) *planHeaders {
+	if m := c.plans.Load(); m != nil {
+		if ph, ok := (*m)[p]; ok {
+			return ph
+		}
+	}
+	ph := newPlanHeaders(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[Plan]*planHeaders
+	if m := c.plans.Load(); m != nil {
+		old = *m
+	}
+	if len(old) < maxCachedPlans {
+		next := make(map[Plan]*planHeaders, len(old)+1)
+		for k, v := range old {
+			next[k] = v
+		}
+		next[p] = ph
+		c.plans.Store(&next)
+	}
+	return ph
 }

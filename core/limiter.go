@@ -65,7 +65,8 @@ type Decision struct {
 	Degraded bool
 	Err      error
 
-	figures bool // Remaining, RetryAfter and ResetAfter come from a store
+	figures     bool         // Remaining, RetryAfter and ResetAfter come from a store
+	planHeaders *planHeaders // the Limiter's cached header values for Plan
 }
 
 // HasFigures reports whether the decision's Remaining, RetryAfter and
@@ -81,6 +82,7 @@ func (d *Decision) HasFigures() bool { return d.figures }
 type Limiter struct {
 	store        Store
 	storeBlocks  bool
+	timedStore   TimedStore // store, when it never blocks and takes the time from the Limiter
 	plans        PlanResolver
 	policy       FailurePolicy
 	fallback     Store
@@ -88,6 +90,7 @@ type Limiter struct {
 	onThrottle   []func(context.Context, ThrottleEvent)
 	logger       *slog.Logger
 	failureLog   *sampler
+	headers      planHeaderCache
 	now          func() time.Time
 }
 
@@ -130,7 +133,8 @@ func WithOnThrottle(fn func(ctx context.Context, e ThrottleEvent)) Option {
 }
 
 // WithClock makes the Limiter read the time of its decisions from now; it is
-// meant for tests. Stores keep their own clocks.
+// meant for tests. Stores keep their own clocks. WithClock(nil) keeps the
+// default clock.
 func WithClock(now func() time.Time) Option {
 	return func(l *Limiter) { l.now = now }
 }
@@ -143,7 +147,6 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 		plans:        plans,
 		storeTimeout: DefaultStoreTimeout,
 		logger:       slog.Default(),
-		now:          time.Now,
 	}
 	for _, o := range opts {
 		o(l)
@@ -157,11 +160,15 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("tollgate: New: unknown %v", l.policy)
 	case l.storeTimeout <= 0:
 		return nil, fmt.Errorf("tollgate: New: WithStoreTimeout must be > 0, got %v", l.storeTimeout)
-	case l.now == nil:
-		return nil, errors.New("tollgate: New: WithClock(nil)")
+	}
+	if l.now == nil {
+		l.now = newFastClock().now
 	}
 	_, nonBlocking := store.(NonBlockingStore)
 	l.storeBlocks = !nonBlocking
+	if timed, ok := store.(TimedStore); ok && nonBlocking {
+		l.timedStore = timed
+	}
 	if l.logger != nil {
 		l.onThrottle = append([]func(context.Context, ThrottleEvent){NewThrottleLogger(l.logger, time.Second)}, l.onThrottle...)
 		l.failureLog = newSampler(time.Second, nil)
@@ -195,7 +202,12 @@ func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 	if err := plan.Limit.CheckCost(d.Cost); err != nil {
 		return d, fmt.Errorf("tollgate: plan %q of tenant %q: %w", plan.Name, req.Tenant, err)
 	}
-	r, err := l.takeFrom(ctx, l.store, l.storeBlocks, req.Tenant, plan.Limit, d.Cost)
+	var r Result
+	if l.timedStore != nil {
+		r, err = l.timedStore.TakeAt(ctx, req.Tenant, plan.Limit, d.Cost, d.Time)
+	} else {
+		r, err = l.takeFrom(ctx, l.store, l.storeBlocks, req.Tenant, plan.Limit, d.Cost)
+	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrCostExceedsBurst) {
 			return d, err
@@ -204,6 +216,7 @@ func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 		return d, nil
 	}
 	d.setResult(r)
+	d.planHeaders = l.headers.get(plan)
 	if !d.Allowed {
 		l.throttled(ctx, req, &d)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // A Plan is a named subscription tier and the Limit its tenants get.
@@ -70,8 +71,10 @@ type StaticResolver struct {
 	plans    map[string]Plan
 	fallback Plan
 
-	mu      sync.RWMutex
-	tenants map[string]string
+	// Assignments are copied on write: reads, one per request, take no
+	// lock and so never contend across cores.
+	mu      sync.Mutex // serialises writers
+	tenants atomic.Pointer[map[string]Plan]
 }
 
 // NewStaticResolver returns a StaticResolver over plans, giving defaultPlan
@@ -79,7 +82,8 @@ type StaticResolver struct {
 // (tenant -> plan name). Every plan must be valid and every name used must be
 // one of plans.
 func NewStaticResolver(plans []Plan, defaultPlan string, tenants map[string]string) (*StaticResolver, error) {
-	r := &StaticResolver{plans: make(map[string]Plan, len(plans)), tenants: make(map[string]string, len(tenants))}
+	r := &StaticResolver{plans: make(map[string]Plan, len(plans))}
+	r.tenants.Store(&map[string]Plan{})
 	for _, p := range plans {
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -94,30 +98,47 @@ func NewStaticResolver(plans []Plan, defaultPlan string, tenants map[string]stri
 		return nil, fmt.Errorf("%w: default plan %q is not one of the plans", ErrUnknownPlan, defaultPlan)
 	}
 	r.fallback = fallback
+	assigned := make(map[string]Plan, len(tenants))
 	for tenant, name := range tenants {
-		if err := r.Assign(tenant, name); err != nil {
-			return nil, err
+		p, ok := r.plans[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: tenant %q assigned to %q", ErrUnknownPlan, tenant, name)
 		}
+		assigned[tenant] = p
 	}
+	r.tenants.Store(&assigned)
 	return r, nil
 }
 
-// Assign puts tenant on the named plan from its next request on.
+// update replaces the assignments with a copy changed by edit.
+func (r *StaticResolver) update(edit func(map[string]Plan)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.tenants.Load()
+	next := make(map[string]Plan, len(old)+1)
+	for t, p := range old {
+		next[t] = p
+	}
+	edit(next)
+	r.tenants.Store(&next)
+}
+
+// Assign puts tenant on the named plan from its next request on. Each call
+// copies the assignments, so it suits tenants counted in thousands, changing
+// now and then; for more, back a CachingResolver with the application's
+// database.
 func (r *StaticResolver) Assign(tenant, plan string) error {
-	if _, ok := r.plans[plan]; !ok {
+	p, ok := r.plans[plan]
+	if !ok {
 		return fmt.Errorf("%w: tenant %q assigned to %q", ErrUnknownPlan, tenant, plan)
 	}
-	r.mu.Lock()
-	r.tenants[tenant] = plan
-	r.mu.Unlock()
+	r.update(func(m map[string]Plan) { m[tenant] = p })
 	return nil
 }
 
 // Unassign puts tenant back on the default plan.
 func (r *StaticResolver) Unassign(tenant string) {
-	r.mu.Lock()
-	delete(r.tenants, tenant)
-	r.mu.Unlock()
+	r.update(func(m map[string]Plan) { delete(m, tenant) })
 }
 
 // Plan returns the plan called name and whether there is one.
@@ -129,13 +150,10 @@ func (r *StaticResolver) Plan(name string) (Plan, bool) {
 // ResolvePlan returns the plan assigned to tenant, or the default plan. It
 // never fails.
 func (r *StaticResolver) ResolvePlan(_ context.Context, tenant string) (Plan, error) {
-	r.mu.RLock()
-	name, ok := r.tenants[tenant]
-	r.mu.RUnlock()
-	if !ok {
-		return r.fallback, nil
+	if p, ok := (*r.tenants.Load())[tenant]; ok {
+		return p, nil
 	}
-	return r.plans[name], nil
+	return r.fallback, nil
 }
 
 // SinglePlan returns a PlanResolver that gives every tenant plan p.

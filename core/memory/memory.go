@@ -75,6 +75,7 @@ type Store struct {
 var (
 	_ tollgate.Store            = (*Store)(nil)
 	_ tollgate.NonBlockingStore = (*Store)(nil)
+	_ tollgate.TimedStore       = (*Store)(nil)
 )
 
 // Stats are counters of a Store.
@@ -107,7 +108,27 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 	if err := limit.CheckCost(cost); err != nil {
 		return tollgate.Result{}, err
 	}
-	return s.b.take(key, limit, cost), nil
+	return s.b.takeAt(key, limit, cost, s.b.now()), nil
+}
+
+// TakeAt is Take at the time now, which must carry a monotonic clock
+// reading, as time.Now's does; it saves the Store a clock read. A Store made
+// WithClock ignores now and reads its own clock. It implements
+// tollgate.TimedStore.
+func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost int64, now time.Time) (tollgate.Result, error) {
+	if err := limit.Validate(); err != nil {
+		return tollgate.Result{}, err
+	}
+	if err := limit.CheckCost(cost); err != nil {
+		return tollgate.Result{}, err
+	}
+	var us int64
+	if s.b.clock != nil {
+		us = s.b.now()
+	} else {
+		us = now.Sub(s.b.base).Microseconds()
+	}
+	return s.b.takeAt(key, limit, cost, us), nil
 }
 
 // NonBlocking marks the Store as one whose Take never waits on I/O.
@@ -184,8 +205,7 @@ func (b *buckets) now() int64 {
 	return int64(time.Since(b.base) / time.Microsecond)
 }
 
-func (b *buckets) take(key string, limit tollgate.Limit, cost int64) tollgate.Result {
-	now := b.now()
+func (b *buckets) takeAt(key string, limit tollgate.Limit, cost int64, now int64) tollgate.Result {
 	k := b.makeKey(key)
 	sh := &b.shards[k.hash&b.shardMask]
 	if sl := sh.table.Load().find(k); sl != nil {
