@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,8 +24,11 @@ type CachingResolver struct {
 	lookupTimeout time.Duration
 	now           func() time.Time
 
-	mu      sync.RWMutex
-	entries map[string]cachedPlan
+	// entries holds tenant -> cachedPlan. A sync.Map, as hits (every
+	// request) must not contend across cores; mu serialises the misses.
+	entries sync.Map
+	size    atomic.Int64
+	mu      sync.Mutex
 	flights map[string]*flight
 }
 
@@ -69,7 +73,6 @@ func NewCachingResolver(next PlanResolver, ttl time.Duration, opts ...CachingOpt
 		maxEntries:    100_000,
 		lookupTimeout: 2 * time.Second,
 		now:           time.Now,
-		entries:       make(map[string]cachedPlan),
 		flights:       make(map[string]*flight),
 	}
 	for _, o := range opts {
@@ -92,11 +95,13 @@ func NewCachingResolver(next PlanResolver, ttl time.Duration, opts ...CachingOpt
 // missing or older than the TTL.
 func (c *CachingResolver) ResolvePlan(ctx context.Context, tenant string) (Plan, error) {
 	now := c.now()
-	c.mu.RLock()
-	e, ok := c.entries[tenant]
-	c.mu.RUnlock()
-	if ok && now.Before(e.expires) {
-		return e.plan, nil
+	var e cachedPlan
+	v, ok := c.entries.Load(tenant)
+	if ok {
+		e = v.(cachedPlan)
+		if now.Before(e.expires) {
+			return e.plan, nil
+		}
 	}
 
 	c.mu.Lock()
@@ -139,45 +144,60 @@ func (c *CachingResolver) lookup(ctx context.Context, tenant string, f *flight) 
 		delete(c.flights, tenant)
 	}
 	if f.err == nil && current {
-		if _, present := c.entries[tenant]; !present && len(c.entries) >= c.maxEntries {
-			c.evictLocked()
-		}
-		c.entries[tenant] = cachedPlan{plan: f.plan, expires: c.now().Add(c.ttl)}
+		c.storeLocked(tenant, cachedPlan{plan: f.plan, expires: c.now().Add(c.ttl)})
 	}
 	c.mu.Unlock()
 	close(f.done)
 }
 
-// evictLocked drops one entry: an expired one if a small sample holds one,
-// else the sampled entry closest to expiry. Map order is random, so the
-// sample is too.
+// storeLocked caches e for tenant, first evicting an entry if the cache is
+// full.
+func (c *CachingResolver) storeLocked(tenant string, e cachedPlan) {
+	if _, present := c.entries.Load(tenant); !present {
+		if c.size.Load() >= int64(c.maxEntries) {
+			c.evictLocked()
+		}
+		c.size.Add(1)
+	}
+	c.entries.Store(tenant, e)
+}
+
+// evictLocked drops one entry: the one closest to expiry (an expired one if
+// any) among a sample of 16. The sample follows the map's hash order, which
+// is as good as random for tenants.
 func (c *CachingResolver) evictLocked() {
 	var victim string
 	var earliest time.Time
 	n := 0
-	for tenant, e := range c.entries {
+	c.entries.Range(func(k, v any) bool {
+		e := v.(cachedPlan)
 		if n == 0 || e.expires.Before(earliest) {
-			victim, earliest = tenant, e.expires
+			victim, earliest = k.(string), e.expires
 		}
-		if n++; n == 16 {
-			break
-		}
+		n++
+		return n < 16
+	})
+	if n > 0 {
+		c.deleteLocked(victim)
 	}
-	delete(c.entries, victim)
+}
+
+func (c *CachingResolver) deleteLocked(tenant string) {
+	if _, loaded := c.entries.LoadAndDelete(tenant); loaded {
+		c.size.Add(-1)
+	}
 }
 
 // Invalidate forgets the cached plan of tenant, so that its next request
 // looks the plan up again. Call it when a tenant changes plan.
 func (c *CachingResolver) Invalidate(tenant string) {
 	c.mu.Lock()
-	delete(c.entries, tenant)
+	c.deleteLocked(tenant)
 	delete(c.flights, tenant)
 	c.mu.Unlock()
 }
 
 // Len returns the number of tenants cached.
 func (c *CachingResolver) Len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.entries)
+	return int(c.size.Load())
 }
