@@ -123,7 +123,12 @@ func (cfg *Config) handle(c *fiber.Ctx) error {
 		Method: method(c.Method()),
 		Route:  cfg.Route(c),
 	})
-	a.Decision.VisitHeaders(c.Set)
+	// SetCanonical, as tollgate's header names are in fasthttp's canonical
+	// form already: c.Set would copy and normalise each name first.
+	h := &c.Response().Header
+	a.Decision.VisitHeaders(func(name, value string) {
+		h.SetCanonical(utils.UnsafeBytes(name), utils.UnsafeBytes(value))
+	})
 	switch {
 	case a.Status == 0:
 		return c.Next()
