@@ -151,7 +151,7 @@ func runAdapterGinEcho(b *testing.B, h http.Handler, reqs []*http.Request, heade
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPUTime()
+	cpu0 := ginEchoCPUTime()
 	i := 0
 	for range b.N {
 		serve(i)
@@ -162,11 +162,11 @@ func runAdapterGinEcho(b *testing.B, h http.Handler, reqs []*http.Request, heade
 	b.StopTimer()
 	// CPU time, unlike ns/op, hardly moves when other processes share the
 	// machine; it includes the garbage collector's work on other threads.
-	b.ReportMetric(float64(processCPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(ginEchoCPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
-// processCPUTime returns the user and system CPU time this process has used.
-func processCPUTime() time.Duration {
+// ginEchoCPUTime returns the user and system CPU time this process has used.
+func ginEchoCPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
