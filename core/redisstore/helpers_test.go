@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core/redisstore"
 )
 
 // mainRedis is the Redis that CI guarantees; these tests never skip
@@ -67,4 +69,51 @@ func scanKeys(t testing.TB, c redis.UniversalClient, prefix string) []string {
 		t.Fatalf("SCAN: %v", err)
 	}
 	return keys
+}
+
+// A countHook counts the script calls a client sends, alone or in
+// pipelines, and the round trips that carry them.
+type countHook struct {
+	scripts    atomic.Int64 // EVALSHA and EVAL commands
+	evals      atomic.Int64 // EVAL commands (the script cache was empty)
+	roundTrips atomic.Int64
+}
+
+func (h *countHook) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		switch c.Name() {
+		case "evalsha":
+			h.scripts.Add(1)
+		case "eval":
+			h.scripts.Add(1)
+			h.evals.Add(1)
+		}
+	}
+}
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		h.roundTrips.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds...)
+		h.roundTrips.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+func newStore(t testing.TB, client redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
