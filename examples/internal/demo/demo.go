@@ -1,0 +1,181 @@
+// Package demo is the set-up that the four example apps share and that has
+// nothing to do with their web framework: the environment they read, the
+// JSON logger, the demo tenants and their plans, the choice between the
+// in-process and the Redis store, and the listening socket.
+//
+// Each function says what a real application would do instead.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/redisstore"
+)
+
+// DefaultAddr is where the apps listen when ADDR is not set.
+const DefaultAddr = ":8080"
+
+// TenantHeader carries the tenant of a request in the demo. It stands in
+// for the authenticated principal: a real API takes the tenant from a
+// verified token or session, never from a header the client chooses.
+const TenantHeader = "X-Tenant-ID"
+
+// ListeningMsg is the message of the log line that an app writes once it
+// accepts connections; its "addr" attribute is the address it listens on.
+// The demos and the end-to-end tests wait for it.
+const ListeningMsg = "listening"
+
+// Config is what the apps read from their environment.
+type Config struct {
+	Addr     string // ADDR: host:port to listen on; default DefaultAddr
+	RedisURL string // REDIS_URL, e.g. redis://127.0.0.1:6379/0; empty for the in-process store
+}
+
+// ConfigFromEnv reads ADDR and REDIS_URL.
+func ConfigFromEnv() Config {
+	c := Config{Addr: os.Getenv("ADDR"), RedisURL: os.Getenv("REDIS_URL")}
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	return c
+}
+
+// NewLogger returns the apps' logger: JSON lines on stdout, which is what
+// log collectors expect and what makes the throttle lines queryable by
+// tenant_id and plan.
+func NewLogger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stdout, nil))
+}
+
+// Tenants returns the demo's plan assignments (tenant -> plan name). Every
+// other tenant is on the free plan.
+func Tenants() map[string]string {
+	return map[string]string{
+		"acme":    tollgate.Enterprise.Name,
+		"globex":  tollgate.Growth.Name,
+		"initech": tollgate.Startup.Name,
+	}
+}
+
+// DefaultPlan is the plan of every tenant that Tenants does not name.
+const DefaultPlan = "free"
+
+// Plans returns the PlanResolver of the demo: the default plans, assigned
+// as Tenants says.
+//
+// A real application keeps each tenant's plan in its database and resolves
+// it through a cache, so that the database sees one query per tenant per
+// minute rather than one per request:
+//
+//	plans, err := tollgate.NewCachingResolver(tollgate.PlanResolverFunc(
+//		func(ctx context.Context, tenant string) (tollgate.Plan, error) {
+//			return db.PlanOfTenant(ctx, tenant) // your query
+//		}), time.Minute)
+//
+// and calls plans.Invalidate(tenant) when a tenant changes plan.
+func Plans() (*tollgate.StaticResolver, error) {
+	return tollgate.NewStaticResolver(tollgate.DefaultPlans(), DefaultPlan, Tenants())
+}
+
+// PlanOf returns the plan that Plans gives tenant.
+func PlanOf(tenant string) (tollgate.Plan, error) {
+	plans, err := Plans()
+	if err != nil {
+		return tollgate.Plan{}, err
+	}
+	return plans.ResolvePlan(context.Background(), tenant)
+}
+
+// NewLimiter returns the apps' Limiter and a function that releases what it
+// holds. Buckets live in memory unless cfg.RedisURL is set; then they live
+// in Redis, shared by every replica that uses the same Redis.
+//
+// A Redis that does not answer does not stop the app: it starts, logs a
+// warning, and serves every request without limits (tollgate.FailOpen) and
+// without rate-limit headers, until Redis answers again. Throttled requests
+// are logged on logger as JSON lines.
+func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, func(), error) {
+	plans, err := Plans()
+	if err != nil {
+		return nil, nil, err
+	}
+	store, closeStore, err := newStore(ctx, cfg.RedisURL, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := tollgate.New(store, plans,
+		// Fail-open is the default; it is spelled out because it is a
+		// choice: an API that answers without limits for a minute beats
+		// one that answers nothing. tollgate.FailClosed refuses instead.
+		tollgate.WithFailurePolicy(tollgate.FailOpen),
+		tollgate.WithLogger(logger),
+	)
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	return l, closeStore, nil
+}
+
+func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.Store, func(), error) {
+	if redisURL == "" {
+		logger.Info("rate limits kept in memory; each process counts on its own (set REDIS_URL to share them)",
+			slog.String("store", "memory"))
+		return memory.New(), func() {}, nil
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		// The URL may hold a password: do not echo it.
+		return nil, nil, fmt.Errorf("REDIS_URL is not a redis:// URL: %w", err)
+	}
+	client := redis.NewClient(opts)
+	// With several replicas, a real deployment would also keep limiting
+	// while Redis is down, each replica with its share of the limit:
+	//
+	//	redisstore.WithFallback(redisstore.DividedStore{Store: memory.New(), Replicas: n})
+	//
+	// The demo shows plain fail-open, which needs no replica count.
+	store, err := redisstore.New(client)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	where := []any{slog.String("store", "redis"), slog.String("redis", opts.Addr), slog.Int("db", opts.DB)}
+	// The ping is only for the log: the store copes with a Redis that
+	// comes and goes, so the app starts either way.
+	pingCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := client.Ping(pingCtx).Err(); err != nil {
+		logger.Warn("redis does not answer; serving without rate limits until it does",
+			append(where, slog.String("error", err.Error()))...)
+	} else {
+		logger.Info("rate limits shared through redis", where...)
+	}
+	return store, func() { client.Close() }, nil
+}
+
+// Listen opens the listening socket on addr and logs ListeningMsg with the
+// address it got, so that ADDR=127.0.0.1:0 picks a free port and tells.
+func Listen(addr string, logger *slog.Logger) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info(ListeningMsg, slog.String("addr", ln.Addr().String()), slog.Int("pid", os.Getpid()))
+	return ln, nil
+}
+
+// Budget returns the tokens that plan p lets one tenant spend over elapsed,
+// starting from a full bucket: the burst plus what refills meanwhile.
+func Budget(p tollgate.Plan, elapsed time.Duration) float64 {
+	return float64(p.Limit.Burst) + p.Limit.Rate*elapsed.Seconds()
+}
