@@ -137,6 +137,9 @@ func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollga
 		// The URL may hold a password: do not echo it.
 		return nil, nil, fmt.Errorf("REDIS_URL is not a redis:// URL: %w", err)
 	}
+	// go-redis writes its own messages (failed dials, mostly) as plain
+	// lines on stderr; send them to the JSON log with everything else.
+	redis.SetLogger(redisLogger{logger})
 	client := redis.NewClient(opts)
 	// With several replicas, a real deployment would also keep limiting
 	// while Redis is down, each replica with its share of the limit:
@@ -161,6 +164,13 @@ func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollga
 		logger.Info("rate limits shared through redis", where...)
 	}
 	return store, func() { client.Close() }, nil
+}
+
+// redisLogger adapts a slog.Logger to go-redis's logging interface.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, "redis client", slog.String("detail", fmt.Sprintf(format, v...)))
 }
 
 // Listen opens the listening socket on addr and logs ListeningMsg with the

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package launch
+
+import "os/exec"
+
+func setProcAttr(*exec.Cmd) {}
