@@ -58,6 +58,7 @@ func (d *Decision) WriteHeaders(h http.Header) {
 
 // planHeaders are the header values that depend on the plan alone.
 type planHeaders struct {
+	plan     Plan
 	limit    string // X-RateLimit-Limit: the burst
 	policy   string // RateLimit-Policy
 	rlPrefix string // RateLimit up to the remaining count: "<plan>";r=
@@ -71,6 +72,7 @@ func newPlanHeaders(p Plan) *planHeaders {
 	policy = append(policy, ";w="...)
 	policy = strconv.AppendInt(policy, window, 10)
 	return &planHeaders{
+		plan:     p,
 		limit:    strconv.FormatInt(p.Limit.Burst, 10),
 		policy:   string(policy),
 		rlPrefix: string(appendSFString(nil, p.Name)) + ";r=",
@@ -149,11 +151,13 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// A planHeaderCache keeps the planHeaders of the plans a Limiter has seen.
-// Reads take no lock; the few writes copy the map.
+// A planHeaderCache keeps the planHeaders of the plans a Limiter has seen,
+// by name: hashing a name is cheaper than hashing a whole Plan, and an entry
+// whose limit no longer matches is replaced. Reads take no lock; the few
+// writes copy the map.
 type planHeaderCache struct {
 	mu    sync.Mutex
-	plans atomic.Pointer[map[Plan]*planHeaders]
+	plans atomic.Pointer[map[string]*planHeaders]
 }
 
 // maxCachedPlans bounds the cache against resolvers that make up a plan per
@@ -162,23 +166,23 @@ const maxCachedPlans = 256
 
 func (c *planHeaderCache) get(p Plan) *planHeaders {
 	if m := c.plans.Load(); m != nil {
-		if ph, ok := (*m)[p]; ok {
+		if ph, ok := (*m)[p.Name]; ok && ph.plan == p {
 			return ph
 		}
 	}
 	ph := newPlanHeaders(p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var old map[Plan]*planHeaders
+	var old map[string]*planHeaders
 	if m := c.plans.Load(); m != nil {
 		old = *m
 	}
-	if len(old) < maxCachedPlans {
-		next := make(map[Plan]*planHeaders, len(old)+1)
+	if _, replacing := old[p.Name]; replacing || len(old) < maxCachedPlans {
+		next := make(map[string]*planHeaders, len(old)+1)
 		for k, v := range old {
 			next[k] = v
 		}
-		next[p] = ph
+		next[p.Name] = ph
 		c.plans.Store(&next)
 	}
 	return ph

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 )
 
@@ -46,6 +47,20 @@ type Request struct {
 	// it does not multiply log cardinality.
 	Method string
 	Route  string
+
+	// The net/http middleware names the route only when an event needs
+	// it, as some routers (chi) must search their tree to find it.
+	routeOf func(*http.Request) string
+	httpReq *http.Request
+}
+
+// route returns req.Route, working it out if the middleware left it to
+// the Limiter.
+func (req *Request) route() string {
+	if req.Route == "" && req.routeOf != nil {
+		return req.routeOf(req.httpReq)
+	}
+	return req.Route
 }
 
 // A Decision is a Limiter's answer to one Request.
@@ -281,7 +296,7 @@ func (l *Limiter) throttled(ctx context.Context, req Request, d *Decision) {
 	if len(l.onThrottle) == 0 {
 		return
 	}
-	e := ThrottleEvent{Decision: *d, Method: req.Method, Route: req.Route}
+	e := ThrottleEvent{Decision: *d, Method: req.Method, Route: req.route()}
 	for _, fn := range l.onThrottle {
 		fn(ctx, e)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 )
 
 // An Answer is what middleware does with one request: pass it on (Status 0)
@@ -13,6 +14,18 @@ type Answer struct {
 	Decision Decision
 	Status   int
 	Body     ResponseBody
+}
+
+// Denied reports whether a answers a denied request: 429 with the bucket
+// empty, or 503 with the store down under FailClosed. Adapters give these to
+// the application's replacement for the denial answer.
+func (a *Answer) Denied() bool {
+	return a.Status != 0 && (a.Body.Error == CodeRateLimited || a.Body.Error == CodeUnavailable)
+}
+
+// MissingTenant reports whether a answers a request without a tenant.
+func (a *Answer) MissingTenant() bool {
+	return a.Body.Error == CodeMissingTenant
 }
 
 // Answer decides on req for middleware: 401 with MissingTenantBody when
@@ -43,7 +56,7 @@ func (l *Limiter) logMisconfiguration(ctx context.Context, req Request, err erro
 			slog.String("tenant_id", req.Tenant),
 			slog.Int64("cost", req.Cost),
 			slog.String("method", req.Method),
-			slog.String("route", req.Route),
+			slog.String("route", req.route()),
 			slog.String("error", err.Error()),
 			slog.Int64("suppressed", suppressed),
 		)
@@ -113,7 +126,14 @@ func WithMissingTenantHandler(h http.Handler) MiddlewareOption {
 // it sets the rate-limit headers on every limited response, answers a denied
 // request with 429 (or 503 under FailClosed when the store is down) and a
 // JSON body, and passes allowed requests on.
+//
+// A nil l is a configuration error: the middleware answers every request
+// with 500 and InternalErrorBody, and logs the mistake once, rather than
+// panic or let requests through unlimited.
 func Middleware(l *Limiter, opts ...MiddlewareOption) func(http.Handler) http.Handler {
+	if l == nil {
+		return misconfigured("tollgate: Middleware: the Limiter is nil")
+	}
 	m := &middleware{limiter: l, tenant: TenantFromHeader("X-Tenant-ID"), fixedCost: 1, route: patternOrPath}
 	for _, o := range opts {
 		o(m)
@@ -134,19 +154,15 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.cost != nil {
 		cost = max(m.cost(r), 1)
 	}
-	a := m.limiter.Answer(r.Context(), Request{Tenant: m.tenant(r), Cost: cost, Method: r.Method, Route: m.route(r)})
+	a := m.limiter.Answer(r.Context(), Request{Tenant: m.tenant(r), Cost: cost, Method: r.Method, routeOf: m.route, httpReq: r})
 	a.Decision.WriteHeaders(w.Header())
 	switch {
 	case a.Status == 0:
 		next.ServeHTTP(w, r)
-	case a.Status == http.StatusUnauthorized && m.missingTenant != nil:
+	case a.MissingTenant() && m.missingTenant != nil:
 		m.missingTenant.ServeHTTP(w, r)
-	case a.Body.Error == CodeRateLimited || a.Body.Error == CodeUnavailable:
-		if m.deny != nil {
-			m.deny(w, r, a.Decision)
-			return
-		}
-		WriteJSON(w, a.Status, a.Body)
+	case a.Denied() && m.deny != nil:
+		m.deny(w, r, a.Decision)
 	default:
 		WriteJSON(w, a.Status, a.Body)
 	}
@@ -157,4 +173,16 @@ func patternOrPath(r *http.Request) string {
 		return r.Pattern
 	}
 	return r.URL.Path
+}
+
+func misconfigured(mistake string) func(http.Handler) http.Handler {
+	var once sync.Once
+	return func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() {
+				slog.ErrorContext(r.Context(), "rate limiter misconfigured: every request is refused", "error", mistake)
+			})
+			WriteJSON(w, http.StatusInternalServerError, InternalErrorBody)
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package tollgate_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -32,4 +33,36 @@ func TestMiddlewareConformance(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	})
+}
+
+func TestMiddlewareWithoutLimiterAnswers500(t *testing.T) {
+	h := tollgate.Middleware(nil)(http.HandlerFunc(ok))
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set("X-Tenant-ID", "t")
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusInternalServerError || rec.Body.String() == "ok" {
+		t.Fatalf("nil Limiter: %d %q, want 500 and no handler", rec.Code, rec.Body.String())
+	}
+}
+
+func TestMiddlewareNamesTheRouteOnlyForEvents(t *testing.T) {
+	var routes []string
+	calls := 0
+	l, err := tollgate.New(newMemory(t), tollgate.SinglePlan(tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 1, Burst: 2}}),
+		tollgate.WithLogger(nil),
+		tollgate.WithOnThrottle(func(_ context.Context, e tollgate.ThrottleEvent) { routes = append(routes, e.Route) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := tollgate.Middleware(l, tollgate.WithRoute(func(r *http.Request) string { calls++; return "/items/{id}" }))
+	h := mw(http.HandlerFunc(ok))
+	for i := 0; i < 3; i++ {
+		req := httptest.NewRequest(http.MethodGet, "/items/42", nil)
+		req.Header.Set("X-Tenant-ID", "t")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if calls != 1 || len(routes) != 1 || routes[0] != "/items/{id}" {
+		t.Fatalf("route function called %d times, events %q; want once, for the one denial", calls, routes)
+	}
 }
