@@ -18,7 +18,6 @@
 package tollgatechi
 
 import (
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,19 +33,11 @@ import (
 // the X-Tenant-ID header unless tollgate.WithTenant says otherwise, and
 // names routes with RoutePattern unless tollgate.WithRoute says otherwise.
 //
-// A nil l is a configuration error that Middleware logs once, with
-// slog.Default; the middleware then answers every request 500 with
-// tollgate.InternalErrorBody rather than panic or let requests through
+// A nil l is a configuration error: as with tollgate.Middleware, every
+// request is then answered 500 with tollgate.InternalErrorBody and the
+// mistake is logged once, rather than panic or let requests through
 // unlimited.
 func Middleware(l *tollgate.Limiter, opts ...tollgate.MiddlewareOption) func(http.Handler) http.Handler {
-	if l == nil {
-		slog.Error("tollgatechi: Middleware: the Limiter is nil; every request will be answered 500")
-		return func(http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				tollgate.WriteJSON(w, http.StatusInternalServerError, tollgate.InternalErrorBody)
-			})
-		}
-	}
 	all := make([]tollgate.MiddlewareOption, 0, len(opts)+1)
 	all = append(all, tollgate.WithRoute(RoutePattern))
 	return tollgate.Middleware(l, append(all, opts...)...)

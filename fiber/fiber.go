@@ -132,9 +132,9 @@ func (cfg *Config) handle(c *fiber.Ctx) error {
 	switch {
 	case a.Status == 0:
 		return c.Next()
-	case a.Status == http.StatusUnauthorized && cfg.MissingTenant != nil:
+	case a.MissingTenant() && cfg.MissingTenant != nil:
 		return cfg.MissingTenant(c)
-	case (a.Body.Error == tollgate.CodeRateLimited || a.Body.Error == tollgate.CodeUnavailable) && cfg.LimitReached != nil:
+	case a.Denied() && cfg.LimitReached != nil:
 		return cfg.LimitReached(c, a.Decision)
 	}
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
