@@ -34,6 +34,9 @@ func TestConformance(t *testing.T) {
 	t.Run("default", func(t *testing.T) { runConformance(t, client) })
 	// The script alone, every Take a round trip.
 	t.Run("no denial cache", func(t *testing.T) { runConformance(t, client, redisstore.WithDenialCache(0)) })
-	// One key per script call, as for a Ring or a wrapped client.
-	t.Run("one key per call", func(t *testing.T) { runConformance(t, otherClient{client}) })
+	// One key per script call in a pipeline, as for a Ring or a wrapped
+	// client.
+	t.Run("one key per call", func(t *testing.T) {
+		runConformance(t, otherClient{client}, redisstore.WithDenialCache(0))
+	})
 }

@@ -8,10 +8,15 @@ import (
 
 // A DividedStore is a tollgate.Store that takes from Store under each limit
 // divided by Replicas: Rate/Replicas, and Burst/Replicas rounded up. It is
-// meant as the fallback of a Redis store (see WithFallback): while Redis is
-// out of reach each replica limits on its own, and a fleet of Replicas
-// replicas behind a load balancer then allows about the limit in total,
-// rather than Replicas times it.
+// meant as the fallback of a Redis store, over a memory.Store:
+//
+//	tollgate.New(redisStore, plans,
+//		tollgate.WithFallbackStore(redisstore.DividedStore{Store: memory.New(), Replicas: 4}))
+//
+// While Redis is out of reach each replica then limits on its own, and a
+// fleet of Replicas replicas behind a load balancer allows about the limit
+// in total, rather than Replicas times it. Decisions made this way are
+// marked Degraded by the Limiter.
 //
 // A request that costs more than the divided burst is decided under a burst
 // equal to its cost: such a request is valid under the real limit, and

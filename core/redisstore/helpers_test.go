@@ -117,3 +117,11 @@ func newStore(t testing.TB, client redis.UniversalClient, opts ...redisstore.Opt
 	}
 	return s
 }
+
+// quietLogger drops go-redis's log lines: the failure tests make it log
+// every refused connection.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietLogger{}) }

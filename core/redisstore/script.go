@@ -27,7 +27,10 @@ import (
 // the request (0 for a full bucket): rel when allowed, -rel-1 when denied.
 // The caller derives the whole Result from it with tollgate.GCRA. An allowed
 // request stores the new TAT with a TTL that ends when the bucket is full
-// again (rounded up to the millisecond); a denied one writes nothing.
+// again: rounded up to the millisecond, plus one because Redis counts the TTL
+// from its clock truncated to the millisecond, so the key never expires
+// before the bucket is full and lives at most 2ms longer. A denied request
+// writes nothing.
 // Repeated keys are handled in order, each seeing the previous one's effect.
 //
 // TIME is non-deterministic, so the script must be replicated by its
@@ -56,7 +59,7 @@ for i = 1, #KEYS do
     out[i] = -rel - 1
   else
     local ahead = rel + need
-    local ttl = (ahead + 999 - math.fmod(ahead + 999, 1000)) / 1000 + slack
+    local ttl = (ahead + 999 - math.fmod(ahead + 999, 1000)) / 1000 + 1 + slack
     redis.call('SET', KEYS[i], string.format('%.0f', now + ahead), 'PX', string.format('%.0f', ttl))
     out[i] = rel
   end

@@ -57,7 +57,6 @@ type config struct {
 	breakerFailures int
 	breakerBackoff  time.Duration
 	cacheSize       int
-	fallback        tollgate.Store
 
 	// Test hooks, set from export_test.go.
 	localClock  func() time.Time // the clock of the denial cache and breaker
@@ -82,8 +81,7 @@ func WithTimeout(d time.Duration) Option {
 
 // WithCircuitBreaker sets the circuit breaker: after failures round trips in
 // a row fail or time out, the Store stops calling Redis for backoff and
-// answers at once with an error wrapping ErrCircuitOpen (or from the
-// fallback); then one call goes through as a probe, and the breaker closes
+// answers at once with an error wrapping ErrCircuitOpen; then one call goes through as a probe, and the breaker closes
 // if it succeeds or stays open for another backoff if not. failures < 1 turns
 // the breaker off. Defaults: DefaultBreakerFailures, DefaultBreakerBackoff.
 func WithCircuitBreaker(failures int, backoff time.Duration) Option {
@@ -100,19 +98,6 @@ func WithDenialCache(size int) Option {
 	return func(c *config) { c.cacheSize = size }
 }
 
-// WithFallback makes the Store answer from fallback whenever Redis cannot
-// decide (an error wrapping ErrUnavailable), instead of returning the error.
-// The usual fallback is an in-process store whose limits are divided by the
-// number of replicas, so the fleet as a whole keeps to about the limit:
-//
-//	redisstore.WithFallback(redisstore.DividedStore{Store: memory.New(), Replicas: 4})
-//
-// Without a fallback the error goes to the Limiter, whose failure policy
-// decides.
-func WithFallback(fallback tollgate.Store) Option {
-	return func(c *config) { c.fallback = fallback }
-}
-
 // A Store is a tollgate.Store that keeps its buckets in Redis, so that any
 // number of API replicas share one bucket per key. It is safe for concurrent
 // use; one Store per client and process is the intended use.
@@ -122,8 +107,9 @@ func WithFallback(fallback tollgate.Store) Option {
 // the next one, which carries them all; a Take that finds the Store idle goes
 // out at once. Requests for a bucket that Redis has already reported empty
 // are denied locally until it refills (see WithDenialCache). Redis failures
-// are bounded by a timeout and a circuit breaker (see WithTimeout,
-// WithCircuitBreaker, WithFallback).
+// are bounded by a timeout and a circuit breaker (see WithTimeout and
+// WithCircuitBreaker); the Limiter's failure policy, or its fallback store
+// (see DividedStore), then decides.
 //
 // A Store holds no goroutine while idle and needs no Close; closing the
 // client is the caller's business. The zero Store is not usable; call New.
@@ -132,12 +118,14 @@ type Store struct {
 	mode        clientMode
 	prefix      string
 	timeout     time.Duration
-	fallback    tollgate.Store
 	cache       *denialCache
 	breaker     breaker
-	base        time.Time
+	base        time.Time // origin of now
+	realBase    time.Time // origin of mono
 	localClock  func() time.Time
 	scriptClock func() time.Time
+
+	timeoutErr error
 
 	mu    sync.Mutex
 	busy  bool    // a round trip is in flight
@@ -188,16 +176,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		client:      client,
 		prefix:      cfg.prefix,
 		timeout:     cfg.timeout,
-		fallback:    cfg.fallback,
+		timeoutErr:  fmt.Errorf("%w: no answer within %v", ErrUnavailable, cfg.timeout),
 		cache:       newDenialCache(cfg.cacheSize),
 		localClock:  cfg.localClock,
 		scriptClock: cfg.scriptClock,
 	}
 	s.breaker.init(cfg.breakerFailures, micros(cfg.breakerBackoff), micros(cfg.timeout))
+	s.realBase = time.Now()
+	s.base = s.realBase
 	if s.localClock != nil {
 		s.base = s.localClock()
-	} else {
-		s.base = time.Now()
 	}
 	switch client.(type) {
 	case *redis.Client:
@@ -221,13 +209,18 @@ func (s *Store) now() int64 {
 	return int64(time.Since(s.base) / time.Microsecond)
 }
 
+// mono returns the time on the monotonic clock, which times deadlines even
+// in tests.
+func (s *Store) mono() time.Duration { return time.Since(s.realBase) }
+
 // call is one Take on its way to Redis.
 type call struct {
 	rkey      string
 	limit     tollgate.Limit
 	cost      int64
-	tolerance int64 // Burst x token interval, µs
-	need      int64 // cost x token interval, µs
+	tolerance int64         // Burst x token interval, µs
+	need      int64         // cost x token interval, µs
+	deadline  time.Duration // on mono: when the caller stops waiting
 
 	// Written by whoever answers the call, before done is closed.
 	rel int64 // how far the TAT was ahead of Redis's now, µs
@@ -256,9 +249,8 @@ func (c *call) deliver() {
 //
 // An invalid limit or cost is reported (wrapping tollgate.ErrInvalidLimit or
 // tollgate.ErrCostExceedsBurst) without calling Redis. When Redis cannot
-// decide within the timeout, Take answers from the fallback if there is one
-// and otherwise returns an error wrapping ErrUnavailable; it never waits
-// longer than the timeout or ctx allows.
+// decide within the timeout, or before ctx is done, Take returns an error
+// wrapping ErrUnavailable; it never waits longer than either allows.
 func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost int64) (tollgate.Result, error) {
 	if err := limit.Validate(); err != nil {
 		return tollgate.Result{}, err
@@ -272,7 +264,7 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 		return r, nil
 	}
 	if !s.breaker.allow(start) {
-		return s.failed(ctx, key, limit, cost, fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen))
+		return tollgate.Result{}, errCircuitOpen
 	}
 	interval := limit.TokenInterval()
 	c := &call{
@@ -281,40 +273,32 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 		cost:      cost,
 		tolerance: limit.Burst * interval,
 		need:      cost * interval,
+		deadline:  s.mono() + s.timeout,
 		done:      make(chan struct{}),
 	}
-	t := time.NewTimer(s.timeout)
-	defer t.Stop()
 	if !s.submit(c) {
-		return s.failed(ctx, key, limit, cost, fmt.Errorf("%w: %d calls already wait for Redis", ErrUnavailable, maxQueued))
+		return tollgate.Result{}, errQueueFull
 	}
+	// The round trip that carries c answers it by its deadline, with a
+	// timeout error if Redis has not answered: no timer per call.
 	select {
 	case <-c.done:
-	case <-t.C:
-		if c.state.CompareAndSwap(callPending, callAbandoned) {
-			return s.failed(ctx, key, limit, cost, fmt.Errorf("%w: no answer within %v", ErrUnavailable, s.timeout))
-		}
-		<-c.done
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callPending, callAbandoned) {
-			return tollgate.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
+			return tollgate.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 		<-c.done
 	}
 	if c.err != nil {
-		return s.failed(ctx, key, limit, cost, c.err)
+		return tollgate.Result{}, c.err
 	}
 	return c.res, nil
 }
 
-// failed answers a Take that Redis could not decide: from the fallback, or
-// with err.
-func (s *Store) failed(ctx context.Context, key string, limit tollgate.Limit, cost int64, err error) (tollgate.Result, error) {
-	if s.fallback != nil && ctx.Err() == nil {
-		return s.fallback.Take(ctx, key, limit, cost)
-	}
-	return tollgate.Result{}, err
-}
+var (
+	errCircuitOpen = fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen)
+	errQueueFull   = fmt.Errorf("%w: %d calls already wait for Redis", ErrUnavailable, maxQueued)
+)
 
 // submit sends c at once if no round trip is in flight, and otherwise queues
 // it for the next one. It reports false if too many calls are queued.
@@ -371,7 +355,7 @@ func (s *Store) next() []*call {
 	}
 	s.mu.Unlock()
 
-	now := s.now()
+	now, mono := s.now(), s.mono()
 	kept := batch[:0]
 	for _, c := range batch {
 		if c.state.Load() != callPending {
@@ -382,24 +366,35 @@ func (s *Store) next() []*call {
 			c.deliver()
 			continue
 		}
+		if c.deadline <= mono {
+			// It waited its whole timeout behind slow round trips.
+			c.err = s.timeoutErr
+			c.deliver()
+			continue
+		}
 		kept = append(kept, c)
 	}
 	return kept
 }
 
 // roundTrip sends batch to Redis and delivers the answers. If Redis has not
-// answered within the timeout, a watchdog fails the batch, counts a failure
-// and takes over the queue, and roundTrip reports false: the stuck request
-// is left to the client's own timeouts while the next one goes out.
+// answered by the earliest deadline of the batch, a watchdog fails the
+// batch, counts a failure and takes over the queue, and roundTrip reports
+// false: the stuck request is left to the client's own timeouts while the
+// next one goes out. Calls queue in arrival order, so no call waits past its
+// deadline: the batch ahead of it ends by its own earlier deadline.
 func (s *Store) roundTrip(batch []*call) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	deadline := batch[0].deadline
+	for _, c := range batch[1:] {
+		deadline = min(deadline, c.deadline)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), s.realBase.Add(deadline))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
 		s.breaker.failure(s.now())
-		err := fmt.Errorf("%w: no answer within %v", ErrUnavailable, s.timeout)
 		for _, c := range batch {
 			if c.state.Load() == callPending {
-				c.err = err
+				c.err = s.timeoutErr
 				c.deliver()
 			}
 		}
