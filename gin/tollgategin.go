@@ -14,7 +14,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sync"
 
 	"github.com/gin-gonic/gin"
 
@@ -132,8 +131,8 @@ func TenantFromClientIP() func(*gin.Context) string {
 // body naming the retry time, and lets allowed requests go on down the chain.
 // The Limiter's store is called with c.Request.Context().
 //
-// A nil l is a configuration error: New does not panic, but the handler
-// answers every request with 500 and logs the error once.
+// A nil l is a configuration error: New does not panic, but logs the error
+// and returns a handler that answers every request with 500.
 func New(l *tollgate.Limiter, opts ...Option) gin.HandlerFunc {
 	if l == nil {
 		return misconfigured(errors.New("tollgategin: New: the Limiter is nil"))
@@ -186,15 +185,12 @@ func (m *limiter) handle(c *gin.Context) {
 
 var nosniff = []string{"nosniff"}
 
-// misconfigured returns a handler that answers every request with 500 and
-// logs err on the first one, so that a configuration mistake is loud in the
-// first test or deployment without crashing the process.
+// misconfigured logs err now, at start-up, and returns a handler that
+// answers every request with 500, so that a configuration mistake is loud in
+// the first test or deployment without crashing the process.
 func misconfigured(err error) gin.HandlerFunc {
-	var once sync.Once
+	slog.Default().Error("rate limiter misconfigured: every request will be refused", slog.String("error", err.Error()))
 	return func(c *gin.Context) {
-		once.Do(func() {
-			slog.Default().Error("rate limiter misconfigured: every request is refused", slog.String("error", err.Error()))
-		})
 		// c.Errors reaches gin's logger, never the client.
 		_ = c.Error(err)
 		c.AbortWithStatusJSON(http.StatusInternalServerError, tollgate.InternalErrorBody)
