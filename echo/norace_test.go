@@ -1,0 +1,5 @@
+//go:build !race
+
+package tollgateecho_test
+
+const raceEnabled = false

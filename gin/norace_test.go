@@ -1,0 +1,5 @@
+//go:build !race
+
+package tollgategin_test
+
+const raceEnabled = false
