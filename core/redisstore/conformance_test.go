@@ -34,6 +34,13 @@ func TestConformance(t *testing.T) {
 	t.Run("default", func(t *testing.T) { runConformance(t, client) })
 	// The script alone, every Take a round trip.
 	t.Run("no denial cache", func(t *testing.T) { runConformance(t, client, redisstore.WithDenialCache(0)) })
+	// An idle Take makes its own round trip when the client honours
+	// context deadlines.
+	t.Run("ContextTimeoutEnabled", func(t *testing.T) {
+		c := redis.NewClient(&redis.Options{Addr: mainRedis, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		runConformance(t, c, redisstore.WithDenialCache(0))
+	})
 	// One key per script call in a pipeline, as for a Ring or a wrapped
 	// client.
 	t.Run("one key per call", func(t *testing.T) {

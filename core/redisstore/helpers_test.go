@@ -109,9 +109,12 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
+// newStore returns a Store over client. Its timeout is 5s unless opts say
+// otherwise: the tests that are not about timeouts must not fail because a
+// shared machine stalls for 50ms.
 func newStore(t testing.TB, client redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(client, opts...)
+	s, err := redisstore.New(client, append([]redisstore.Option{redisstore.WithTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,3 +128,39 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quietLogger{}) }
+
+// A jitterProbe measures how late the runtime wakes a sleeping goroutine on
+// this machine right now, so that timing assertions allow for a loaded
+// machine without allowing for a slow store.
+type jitterProbe struct {
+	worst atomic.Int64
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startJitterProbe() *jitterProbe {
+	p := &jitterProbe{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			select {
+			case <-p.stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(2 * time.Millisecond)
+			if late := int64(time.Since(t0) - 2*time.Millisecond); late > p.worst.Load() {
+				p.worst.Store(late)
+			}
+		}
+	}()
+	return p
+}
+
+// Stop stops the probe and returns the latest wake-up it saw.
+func (p *jitterProbe) Stop() time.Duration {
+	close(p.stop)
+	<-p.done
+	return time.Duration(p.worst.Load())
+}

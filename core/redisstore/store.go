@@ -72,9 +72,14 @@ func WithPrefix(prefix string) Option {
 
 // WithTimeout sets how long a Take waits for Redis before it gives up with an
 // error wrapping ErrUnavailable (default DefaultTimeout; d must be > 0). The
-// Store enforces it itself, whatever the client's timeouts and its
-// ContextTimeoutEnabled setting; a shorter deadline on the caller's context
-// also applies.
+// Store enforces it itself, whatever the client's timeouts; a shorter
+// deadline on the caller's context also applies.
+//
+// go-redis ignores context deadlines unless the client's options set
+// ContextTimeoutEnabled, so by default the Store makes each round trip from
+// a goroutine of its own and stops waiting for it at the deadline. With
+// ContextTimeoutEnabled set, a Take that finds the Store idle makes its
+// round trip on its own goroutine, which saves a goroutine hop.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
@@ -126,6 +131,7 @@ type Store struct {
 	scriptClock func() time.Time
 
 	timeoutErr error
+	inline     bool // the client honours context deadlines: see lead
 
 	mu    sync.Mutex
 	busy  bool    // a round trip is in flight
@@ -187,11 +193,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if s.localClock != nil {
 		s.base = s.localClock()
 	}
-	switch client.(type) {
+	switch c := client.(type) {
 	case *redis.Client:
 		s.mode = modeSingle
+		s.inline = c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
 		s.mode = modeCluster
+		s.inline = c.Options().ContextTimeoutEnabled
 	default:
 		s.mode = modeOther
 	}
@@ -276,18 +284,22 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 		deadline:  s.mono() + s.timeout,
 		done:      make(chan struct{}),
 	}
-	if !s.submit(c) {
+	switch s.submit(c) {
+	case queueFull:
 		return tollgate.Result{}, errQueueFull
-	}
-	// The round trip that carries c answers it by its deadline, with a
-	// timeout error if Redis has not answered: no timer per call.
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(callPending, callAbandoned) {
-			return tollgate.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case leading:
+		s.lead(ctx, c)
+	default:
+		// The round trip that carries c answers it by its deadline, with
+		// a timeout error if Redis has not answered: no timer per call.
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			if c.state.CompareAndSwap(callPending, callAbandoned) {
+				return tollgate.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			}
+			<-c.done
 		}
-		<-c.done
 	}
 	if c.err != nil {
 		return tollgate.Result{}, c.err
@@ -300,23 +312,62 @@ var (
 	errQueueFull   = fmt.Errorf("%w: %d calls already wait for Redis", ErrUnavailable, maxQueued)
 )
 
+type submitted int
+
+const (
+	queued    submitted = iota // c waits for a round trip
+	leading                    // the Store was idle: the caller makes c's round trip itself
+	queueFull                  // too many calls wait already
+)
+
 // submit sends c at once if no round trip is in flight, and otherwise queues
-// it for the next one. It reports false if too many calls are queued.
-func (s *Store) submit(c *call) bool {
+// it for the next one.
+func (s *Store) submit(c *call) submitted {
 	s.mu.Lock()
 	if s.busy {
 		if len(s.queue) >= maxQueued {
 			s.mu.Unlock()
-			return false
+			return queueFull
 		}
 		s.queue = append(s.queue, c)
 		s.mu.Unlock()
-		return true
+		return queued
 	}
 	s.busy = true
 	s.mu.Unlock()
+	if s.inline {
+		return leading
+	}
 	go s.run([]*call{c})
-	return true
+	return queued
+}
+
+// lead makes the round trip of c, sent while the Store was idle, on the
+// caller's goroutine, which saves a hop to another goroutine and back. Only
+// a client that honours context deadlines (ContextTimeoutEnabled) gets here,
+// so c's deadline bounds the round trip. Calls that queued meanwhile go out
+// next, from a goroutine of their own.
+func (s *Store) lead(ctx context.Context, c *call) {
+	rctx, cancel := context.WithDeadline(ctx, s.realBase.Add(c.deadline))
+	batch := []*call{c}
+	sent := s.now()
+	out, err := s.exec(rctx, batch)
+	cancel()
+	switch {
+	case err == nil:
+		s.finish(batch, out, nil, sent)
+	case ctx.Err() != nil:
+		// The caller gave up: no fault of Redis.
+		c.err = fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case s.mono() >= c.deadline:
+		s.breaker.failure(s.now())
+		c.err = s.timeoutErr
+	default:
+		s.finish(batch, out, err, sent)
+	}
+	if next := s.next(); next != nil {
+		go s.run(next)
+	}
 }
 
 // run makes round trips until no call waits. Only the goroutine that set
@@ -405,6 +456,13 @@ func (s *Store) roundTrip(batch []*call) bool {
 	if !stop() {
 		return false
 	}
+	s.finish(batch, out, err, sent)
+	return true
+}
+
+// finish records the outcome of a round trip sent at local time sent, in the
+// breaker and the denial cache, and answers its calls.
+func (s *Store) finish(batch []*call, out []outcome, err error, sent int64) {
 	if err != nil {
 		s.breaker.failure(s.now())
 	} else {
@@ -422,5 +480,4 @@ func (s *Store) roundTrip(batch []*call) bool {
 		}
 		c.deliver()
 	}
-	return true
 }

