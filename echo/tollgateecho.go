@@ -144,15 +144,11 @@ func (m *limiter) serve(c echo.Context, next echo.HandlerFunc) error {
 	if a.Status == 0 {
 		return next(c)
 	}
-	switch a.Body.Error {
-	case tollgate.CodeRateLimited, tollgate.CodeUnavailable:
-		if cfg.DenyHandler != nil {
-			return cfg.DenyHandler(c, a.Decision)
-		}
-	case tollgate.CodeMissingTenant:
-		if cfg.MissingTenantHandler != nil {
-			return cfg.MissingTenantHandler(c, next)
-		}
+	switch {
+	case a.Denied() && cfg.DenyHandler != nil:
+		return cfg.DenyHandler(c, a.Decision)
+	case a.MissingTenant() && cfg.MissingTenantHandler != nil:
+		return cfg.MissingTenantHandler(c, next)
 	}
 	return echo.NewHTTPError(a.Status, a.Body)
 }

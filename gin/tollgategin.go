@@ -166,18 +166,14 @@ func (m *limiter) handle(c *gin.Context) {
 	if a.Status == 0 {
 		return
 	}
-	switch a.Body.Error {
-	case tollgate.CodeRateLimited, tollgate.CodeUnavailable:
-		if m.deny != nil {
-			c.Abort()
-			m.deny(c, a.Decision)
-			return
-		}
-	case tollgate.CodeMissingTenant:
-		if m.missingTenant != nil {
-			m.missingTenant(c)
-			return
-		}
+	switch {
+	case a.Denied() && m.deny != nil:
+		c.Abort()
+		m.deny(c, a.Decision)
+		return
+	case a.MissingTenant() && m.missingTenant != nil:
+		m.missingTenant(c)
+		return
 	}
 	c.Writer.Header()["X-Content-Type-Options"] = nosniff
 	c.AbortWithStatusJSON(a.Status, a.Body)
