@@ -98,12 +98,13 @@ func (l Limit) Window() time.Duration {
 // second...) are exact; others are enforced within one microsecond per token.
 func (l Limit) TokenInterval() int64 {
 	t := 1e6 / l.Rate
-	// A rate such as 0.1/s lands a hair above a whole number in floating
-	// point; that must not cost it a microsecond.
-	if n := math.Round(t); math.Abs(t-n) <= 1e-9*t {
-		return int64(n)
+	n := int64(t) // t >= 1 for a valid limit, so this rounds down
+	// A rate such as 0.1/s can land a hair above a whole number in
+	// floating point; that must not cost it a microsecond.
+	if t-float64(n) <= 1e-9*t {
+		return n
 	}
-	return int64(math.Ceil(t))
+	return n + 1
 }
 
 // String returns the limit as "<burst> burst at <rate>/s".
