@@ -272,9 +272,10 @@ func report(replicas []*launch.App, mix []traffic, tallies [][]*tally, elapsed t
 	flood := mix[0].tenant
 	plan, _ := demo.PlanOf(flood)
 	budget := demo.Budget(plan, elapsed)
-	var allowed int64
+	var allowed, unlimited int64
 	for _, t := range tallies[0] {
 		allowed += t.allowed.Load()
+		unlimited += t.unlimited.Load()
 	}
 	limit := fmt.Sprintf("%s: %d burst + %g/s", plan.Name, plan.Limit.Burst, plan.Limit.Rate)
 	if memoryOnly {
@@ -283,7 +284,11 @@ func report(replicas []*launch.App, mix []traffic, tallies [][]*tally, elapsed t
 			flood, limit, allowed, len(replicas), len(replicas), budget)
 		return
 	}
-	fmt.Printf("%s (%s) got %d requests through %d replicas: its budget of %.0f once, not %d times,\n"+
+	extra := ""
+	if unlimited > 0 {
+		extra = fmt.Sprintf(" (and %d more fail-open)", unlimited)
+	}
+	fmt.Printf("%s (%s) got %d requests through %d replicas%s: its budget of %.0f once, not %d times,\n"+
 		"because every replica takes from one bucket in Redis. The other tenants were not slowed down.\n",
-		flood, limit, allowed, len(replicas), budget, len(replicas))
+		flood, limit, allowed-unlimited, len(replicas), extra, budget, len(replicas))
 }
