@@ -1,0 +1,380 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/sethvargo/go-limiter/memorystore"
+	"github.com/throttled/throttled/v2"
+	throttledmem "github.com/throttled/throttled/v2/store/memstore"
+	ulule "github.com/ulule/limiter/v3"
+	ulmem "github.com/ulule/limiter/v3/drivers/store/memory"
+	"golang.org/x/time/rate"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+)
+
+// How the memory-store benchmarks are read (docs/performance.md has the
+// command and the numbers):
+//
+//   - Every library gets the same limit, translated into its own terms, and
+//     its own user-facing "take one token for this key" call.
+//   - The throughput cases use a burst so large that no request in a run is
+//     denied: the measured path is the "allowed" one, the path a healthy
+//     tenant takes. A denial fails the benchmark.
+//   - Keys are built before the timer starts, and the throughput cases take
+//     a token from each key before the timer starts too, so that they
+//     measure requests of tenants the store already knows. The timed
+//     requests use copies of the keys the store saw first, as a server reads
+//     a fresh key from each request: a map lookup cannot then succeed on
+//     pointer equality without comparing the bytes.
+//   - The heap case tracks 1,000,000 distinct keys under memHeapLimit, which
+//     keeps every key's bucket from being full again (and so droppable) for
+//     36 s, and every store is configured not to sweep or evict meanwhile.
+
+// memDrainingLimit is a burst of 1e9 tokens refilled at 100 tokens a second.
+// No run drains the burst, so every request is allowed, and every tenant of
+// a run asks more often than 100 times a second, so its bucket is never full
+// again: a store keeps tracking it.
+var memDrainingLimit = tollgate.Limit{Rate: 100, Burst: 1e9}
+
+// memRefillingLimit is the same burst refilled at 1e6 tokens a second: a token
+// comes back within a microsecond, so a tenant's bucket is full again by the
+// time the tenant asks again, as a well-behaved tenant's bucket usually is.
+// tollgate's memory store may drop a full bucket (a full bucket and a missing
+// one are the same state), so under this limit it may re-insert keys.
+var memRefillingLimit = tollgate.Limit{Rate: 1e6, Burst: 1e9}
+
+// memHeapLimit is 100 requests an hour with a burst of 100: one request leaves
+// a bucket 36 s short of full, far longer than inserting 1,000,000 keys takes.
+var memHeapLimit = tollgate.Limit{Rate: 100.0 / 3600, Burst: 100}
+
+// A memTakeFunc takes one token from key's bucket and reports whether the
+// request was allowed (false also for an error).
+type memTakeFunc func(key string) bool
+
+// A memContender is one library under test: open builds a fresh in-memory store
+// for lim (tracking up to maxKeys keys, where the library has such a cap).
+type memContender struct {
+	name string
+	open func(b *testing.B, lim tollgate.Limit, maxKeys int) memStore
+}
+
+// A memStore is an open store of one library.
+type memStore struct {
+	take  memTakeFunc
+	keys  func() int // keys tracked now; nil if the library cannot tell
+	close func()     // stops background goroutines; nil if there are none
+}
+
+// openMemStore opens c's store and closes it when b ends.
+func openMemStore(b *testing.B, c memContender, lim tollgate.Limit) memTakeFunc {
+	s := c.open(b, lim, 0)
+	if s.close != nil {
+		b.Cleanup(s.close)
+	}
+	return s.take
+}
+
+// window is the time lim takes to refill an empty bucket, Burst/Rate.
+func window(lim tollgate.Limit) time.Duration {
+	return time.Duration(float64(lim.Burst) / lim.Rate * float64(time.Second))
+}
+
+var memContenders = []memContender{
+	{
+		// tollgate's memory store, through the tollgate.Store interface.
+		name: "tollgate",
+		open: func(b *testing.B, lim tollgate.Limit, maxKeys int) memStore {
+			var opts []memory.Option
+			if maxKeys > 0 {
+				opts = append(opts, memory.WithMaxKeys(maxKeys))
+			}
+			s := memory.New(opts...)
+			var st tollgate.Store = s
+			ctx := context.Background()
+			take := func(key string) bool {
+				r, err := st.Take(ctx, key, lim, 1)
+				return err == nil && r.Allowed
+			}
+			return memStore{take, func() int { return s.Stats().Keys }, func() { s.Close() }}
+		},
+	},
+	{
+		// Echo's per-key golang.org/x/time/rate store (middleware.RateLimiterMemoryStore).
+		name: "echo",
+		open: func(b *testing.B, lim tollgate.Limit, _ int) memStore {
+			s := middleware.NewRateLimiterMemoryStoreWithConfig(middleware.RateLimiterMemoryStoreConfig{
+				Rate:      rate.Limit(lim.Rate),
+				Burst:     int(lim.Burst),
+				ExpiresIn: 2 * time.Hour, // no stale-visitor cleanup during a run
+			})
+			take := func(key string) bool {
+				ok, err := s.Allow(key)
+				return err == nil && ok
+			}
+			return memStore{take: take}
+		},
+	},
+	{
+		// sethvargo/go-limiter's memorystore: Tokens per Interval, default
+		// sweeping (every 6 h, of keys idle for 12 h).
+		name: "golimiter",
+		open: func(b *testing.B, lim tollgate.Limit, _ int) memStore {
+			s, err := memorystore.New(&memorystore.Config{
+				Tokens:   uint64(lim.Burst),
+				Interval: window(lim),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			take := func(key string) bool {
+				_, _, _, ok, err := s.Take(ctx, key)
+				return err == nil && ok
+			}
+			return memStore{take: take, close: func() { s.Close(ctx) }}
+		},
+	},
+	{
+		// ulule/limiter's memory store behind limiter.Limiter (a fixed
+		// window of Burst requests per Burst/Rate), cleanup every 30 s by
+		// default; its counters expire with the window.
+		name: "ulule",
+		open: func(b *testing.B, lim tollgate.Limit, _ int) memStore {
+			l := ulule.New(ulmem.NewStore(), ulule.Rate{Period: window(lim), Limit: lim.Burst})
+			ctx := context.Background()
+			take := func(key string) bool {
+				c, err := l.Get(ctx, key)
+				return err == nil && !c.Reached
+			}
+			return memStore{take: take}
+		},
+	},
+	{
+		// throttled's GCRA limiter over its memstore, unbounded (maxKeys
+		// 0: a plain map, its fastest and leanest configuration).
+		name: "throttled",
+		open: func(b *testing.B, lim tollgate.Limit, _ int) memStore {
+			st, err := throttledmem.NewCtx(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{
+				MaxRate:  throttled.PerDuration(int(lim.Burst), window(lim)),
+				MaxBurst: int(lim.Burst) - 1, // throttled allows MaxBurst+1 at once
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Two goroutines on one key can lose the compare-and-swap
+			// ten times in a row, throttled's default limit, after
+			// which it returns an error; let it retry like the others.
+			l.SetMaxCASAttemptsLimit(1000)
+			ctx := context.Background()
+			take := func(key string) bool {
+				limited, _, err := l.RateLimitCtx(ctx, key, 1)
+				return err == nil && !limited
+			}
+			return memStore{take: take}
+		},
+	},
+}
+
+// memTenantKeys returns n distinct keys "tenant-0" ... "tenant-<n-1>".
+func memTenantKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	return keys
+}
+
+// memCloneKeys returns copies of keys that share no memory with them.
+func memCloneKeys(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = strings.Clone(k)
+	}
+	return out
+}
+
+// BenchmarkMemory compares tollgate's memory store with the in-memory stores
+// of Echo, sethvargo/go-limiter, ulule/limiter and throttled, case by case,
+// so that `benchstat -col /lib` sets the libraries side by side. ns/op is the
+// wall time of one allowed request of a tenant the store already tracks;
+// cpu-ns/op is the process's CPU time (all threads, GC included) per request.
+// On a machine shared with other jobs ns/op also counts the time spent
+// waiting for a CPU and cpu-ns/op does not. In the parallel cases GOMAXPROCS
+// goroutines run at once, so there cpu-ns/op is up to GOMAXPROCS x ns/op.
+//
+//   - case=hotkey-serial: one goroutine, one key, memDrainingLimit: an
+//     uncontended bucket.
+//   - case=hotkey-parallel: GOMAXPROCS goroutines on one key, memDrainingLimit:
+//     every request contends for the same bucket.
+//   - case=keys10k-parallel: GOMAXPROCS goroutines over 10,000 keys, each
+//     goroutine walking the keys from its own random start, memDrainingLimit:
+//     tenants rarely collide.
+//   - case=keys10k-refilled-parallel: the same under memRefillingLimit, where
+//     every bucket is full again before its tenant's next request.
+//
+// The heap case is BenchmarkMemoryHeap, run with -benchtime=1x.
+func BenchmarkMemory(b *testing.B) {
+	hot := memTenantKeys(1)
+	keys := memTenantKeys(10_000)
+	for _, c := range memContenders {
+		b.Run("case=hotkey-serial/lib="+c.name, func(b *testing.B) {
+			take := openMemStore(b, c, memDrainingLimit)
+			take(hot[0])
+			key := strings.Clone(hot[0])
+			denied := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := memoryCPUTime()
+			for range b.N {
+				if !take(key) {
+					denied++
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(memoryCPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+			if denied > 0 {
+				b.Fatalf("%d of %d requests denied; the limit must allow all", denied, b.N)
+			}
+		})
+	}
+	for _, c := range memContenders {
+		b.Run("case=hotkey-parallel/lib="+c.name, func(b *testing.B) {
+			memParallel(b, openMemStore(b, c, memDrainingLimit), hot)
+		})
+	}
+	for _, c := range memContenders {
+		b.Run("case=keys10k-parallel/lib="+c.name, func(b *testing.B) {
+			memParallel(b, openMemStore(b, c, memDrainingLimit), keys)
+		})
+	}
+	for _, c := range memContenders {
+		b.Run("case=keys10k-refilled-parallel/lib="+c.name, func(b *testing.B) {
+			memParallel(b, openMemStore(b, c, memRefillingLimit), keys)
+		})
+	}
+}
+
+// memParallel takes a token from each of keys, then times b.N requests
+// for copies of keys spread over GOMAXPROCS goroutines, each walking the keys
+// round-robin from its own random start. It fails b if any timed request is
+// denied.
+func memParallel(b *testing.B, take memTakeFunc, keys []string) {
+	for _, k := range keys {
+		take(k)
+	}
+	keys = memCloneKeys(keys)
+	var denied atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := memoryCPUTime()
+	b.RunParallel(func(pb *testing.PB) {
+		i, n := rand.IntN(len(keys)), 0
+		for pb.Next() {
+			if !take(keys[i]) {
+				n++
+			}
+			if i++; i == len(keys) {
+				i = 0
+			}
+		}
+		denied.Add(int64(n))
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(memoryCPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+	if d := denied.Load(); d > 0 {
+		b.Fatalf("%d of %d requests denied; the limit must allow all", d, b.N)
+	}
+}
+
+// memoryCPUTime returns the CPU time, user and system, that the process has
+// used so far, all threads together.
+func memoryCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// memHeapKeys is the number of distinct keys BenchmarkMemoryHeap tracks.
+const memHeapKeys = 1_000_000
+
+// BenchmarkMemoryHeap measures the live heap each library holds per tracked
+// key once it tracks 1,000,000 distinct keys, reported as B/key: HeapAlloc
+// after a full GC, less HeapAlloc after a full GC before the store was made,
+// divided by 1,000,000. Each key is formatted afresh as it is taken, as a key
+// read from a request would be, so a store that keeps the caller's string is
+// charged for it and one that copies it is not charged twice.
+//
+// Each iteration fills a new store, so ns/op is the time to insert 1,000,000
+// new keys (formatting included) and allocs/op counts the allocations of a
+// whole fill. Run it with -benchtime=1x: one fill per library per count.
+func BenchmarkMemoryHeap(b *testing.B) {
+	for _, c := range memContenders {
+		b.Run(fmt.Sprintf("case=heap-1M-keys/lib=%s", c.name), func(b *testing.B) {
+			b.ReportAllocs()
+			var perKey float64
+			for range b.N {
+				b.StopTimer()
+				before := memSettledHeap()
+				b.StartTimer()
+				s := c.open(b, memHeapLimit, 2*memHeapKeys)
+				buf := make([]byte, 0, 32)
+				for i := range memHeapKeys {
+					buf = strconv.AppendInt(append(buf[:0], "tenant-"...), int64(i), 10)
+					if !s.take(string(buf)) {
+						b.Fatalf("first request of key %d denied", i)
+					}
+				}
+				b.StopTimer()
+				after := memSettledHeap()
+				if s.keys != nil {
+					if n := s.keys(); n != memHeapKeys {
+						b.Fatalf("store tracks %d keys, want %d", n, memHeapKeys)
+					}
+				}
+				runtime.KeepAlive(s)
+				if s.close != nil {
+					s.close()
+				}
+				perKey += (float64(after) - float64(before)) / memHeapKeys
+				b.StartTimer()
+			}
+			b.ReportMetric(perKey/float64(b.N), "B/key")
+		})
+	}
+}
+
+// memSettledHeap collects garbage until the live heap stops shrinking (stores of
+// earlier runs may need a finalizer or a stopped goroutine before they can be
+// freed) and returns HeapAlloc.
+func memSettledHeap() uint64 {
+	var ms runtime.MemStats
+	last := ^uint64(0)
+	for range 10 {
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		if ms.HeapAlloc+64<<10 >= last {
+			break
+		}
+		last = ms.HeapAlloc
+		time.Sleep(10 * time.Millisecond)
+	}
+	return ms.HeapAlloc
+}
