@@ -5,6 +5,13 @@ go 1.26.0
 require github.com/tollgate-go/tollgate/core v0.0.0
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-redis/redis_rate/v10 v10.0.1 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+)
+
+require (
 	github.com/andybalholm/brotli v1.1.0 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
@@ -24,7 +31,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.17.9 // indirect
-	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/labstack/echo/v4 v4.16.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/leodido/go-urn v1.4.0 // indirect
@@ -41,6 +48,7 @@ require (
 	github.com/sethvargo/go-limiter v0.7.1 // indirect
 	github.com/throttled/throttled/v2 v2.15.0 // indirect
 	github.com/tollgate-go/tollgate/chi v0.0.0 // indirect
+	github.com/tollgate-go/tollgate/core/redisstore v0.0.0
 	github.com/tollgate-go/tollgate/echo v0.0.0 // indirect
 	github.com/tollgate-go/tollgate/fiber v0.0.0 // indirect
 	github.com/tollgate-go/tollgate/gin v0.0.0 // indirect
@@ -51,12 +59,12 @@ require (
 	github.com/valyala/fasthttp v1.51.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	github.com/valyala/tcplisten v1.0.0 // indirect
-	github.com/zeebo/xxh3 v1.0.2 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.53.0 // indirect
 	golang.org/x/net v0.56.0 // indirect
-	golang.org/x/sys v0.46.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
@@ -71,3 +79,5 @@ replace github.com/tollgate-go/tollgate/fiber => ../fiber
 replace github.com/tollgate-go/tollgate/gin => ../gin
 
 replace github.com/tollgate-go/tollgate/echo => ../echo
+
+replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore

@@ -2,15 +2,15 @@ package redisstore
 
 import "time"
 
-// WithTestClock makes the Store read all of its time from now: the script
-// gets now instead of the server's TIME, and the denial cache and breaker use
-// it too. It lets the conformance kit's timing cases be exact.
+// WithTestClock makes the Store read its time from now: the script gets now
+// instead of the server's TIME, and the denial cache uses it too (timeouts
+// and the breaker keep the real clock). It lets the conformance kit's timing cases be exact.
 func WithTestClock(now func() time.Time) Option {
 	return func(c *config) { c.localClock, c.scriptClock = now, now }
 }
 
-// WithLocalClock replaces the Store's own clock (denial cache and breaker)
-// and leaves decisions on the server's TIME, as a replica whose clock is off
+// WithLocalClock replaces the Store's own clock (the denial cache's) and
+// leaves decisions on the server's TIME, as a replica whose clock is off
 // would run.
 func WithLocalClock(now func() time.Time) Option {
 	return func(c *config) { c.localClock = now }

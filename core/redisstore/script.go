@@ -95,11 +95,14 @@ type outcome struct {
 // because a watchdog may have answered them meanwhile; it returns one
 // outcome per call and the first error.
 func (s *Store) exec(ctx context.Context, batch []*call) ([]outcome, error) {
-	groups := s.group(batch)
 	now := ""
 	if s.scriptClock != nil {
 		now = strconv.FormatInt(s.scriptClock().UnixMicro(), 10)
 	}
+	if len(batch) == 1 {
+		return s.execOne(ctx, batch[0], now)
+	}
+	groups := s.group(batch)
 	send := func(g *group, c redis.Scripter, eval bool) {
 		keys := make([]string, len(g.idx))
 		args := make([]any, 1+2*len(g.idx))
@@ -157,6 +160,27 @@ func (s *Store) exec(ctx context.Context, batch []*call) ([]outcome, error) {
 		}
 	}
 	return out, first
+}
+
+// execOne is exec for a batch of one call, the shape of every request on an
+// idle Store, with fewer allocations.
+func (s *Store) execOne(ctx context.Context, c *call, now string) ([]outcome, error) {
+	keys := []string{c.rkey}
+	cmd := s.client.EvalSha(ctx, scriptSHA, keys, now, c.tolerance, c.need)
+	if isNoScript(cmd.Err()) {
+		cmd = s.client.Eval(ctx, gcraScript, keys, now, c.tolerance, c.need)
+	}
+	out := make([]outcome, 1)
+	vals, err := cmd.Int64Slice()
+	if err == nil && len(vals) != 1 {
+		err = fmt.Errorf("the script answered %d values for 1 key", len(vals))
+	}
+	if err != nil {
+		out[0].err = err
+		return out, err
+	}
+	out[0].v = vals[0]
+	return out, nil
 }
 
 // group splits a batch into script calls. A plain client takes any keys in

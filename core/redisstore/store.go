@@ -59,7 +59,7 @@ type config struct {
 	cacheSize       int
 
 	// Test hooks, set from export_test.go.
-	localClock  func() time.Time // the clock of the denial cache and breaker
+	localClock  func() time.Time // the clock of the denial cache
 	scriptClock func() time.Time // if set, the script's time instead of TIME
 }
 
@@ -79,16 +79,17 @@ func WithPrefix(prefix string) Option {
 // ContextTimeoutEnabled, so by default the Store makes each round trip from
 // a goroutine of its own and stops waiting for it at the deadline. With
 // ContextTimeoutEnabled set, a Take that finds the Store idle makes its
-// round trip on its own goroutine, which saves a goroutine hop.
+// round trip on the caller's goroutine, which saves a goroutine hop.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
 
 // WithCircuitBreaker sets the circuit breaker: after failures round trips in
 // a row fail or time out, the Store stops calling Redis for backoff and
-// answers at once with an error wrapping ErrCircuitOpen; then one call goes through as a probe, and the breaker closes
-// if it succeeds or stays open for another backoff if not. failures < 1 turns
-// the breaker off. Defaults: DefaultBreakerFailures, DefaultBreakerBackoff.
+// answers at once with an error wrapping ErrCircuitOpen; then one call goes
+// through as a probe, and the breaker closes if it succeeds or stays open
+// for another backoff if not. failures < 1 turns the breaker off. Defaults:
+// DefaultBreakerFailures, DefaultBreakerBackoff.
 func WithCircuitBreaker(failures int, backoff time.Duration) Option {
 	return func(c *config) { c.breakerFailures, c.breakerBackoff = failures, backoff }
 }
@@ -208,8 +209,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
-// now returns the local monotonic time in microseconds. It times the denial
-// cache and the breaker only; decisions use the Redis server's clock.
+// now returns the local time in microseconds, on the monotonic clock unless
+// a test set one. It times the denial cache only; decisions use the Redis
+// server's clock.
 func (s *Store) now() int64 {
 	if s.localClock != nil {
 		return s.localClock().Sub(s.base).Microseconds()
@@ -217,8 +219,8 @@ func (s *Store) now() int64 {
 	return int64(time.Since(s.base) / time.Microsecond)
 }
 
-// mono returns the time on the monotonic clock, which times deadlines even
-// in tests.
+// mono returns the time on the monotonic clock, which times deadlines and
+// the breaker even in tests.
 func (s *Store) mono() time.Duration { return time.Since(s.realBase) }
 
 // call is one Take on its way to Redis.
@@ -236,7 +238,7 @@ type call struct {
 	err error
 
 	state atomic.Int32
-	done  chan struct{}
+	done  chan struct{} // closed when answered; nil for a call its caller sends itself (see lead)
 }
 
 const (
@@ -247,7 +249,7 @@ const (
 
 // deliver hands c's answer to its caller, unless the caller gave up.
 func (c *call) deliver() {
-	if c.state.CompareAndSwap(callPending, callDelivered) {
+	if c.state.CompareAndSwap(callPending, callDelivered) && c.done != nil {
 		close(c.done)
 	}
 }
@@ -271,7 +273,7 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 	if r, ok := s.cache.deny(rkey, limit, cost, start); ok {
 		return r, nil
 	}
-	if !s.breaker.allow(start) {
+	if !s.breaker.allow(micros(s.mono())) {
 		return tollgate.Result{}, errCircuitOpen
 	}
 	interval := limit.TokenInterval()
@@ -282,7 +284,6 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 		tolerance: limit.Burst * interval,
 		need:      cost * interval,
 		deadline:  s.mono() + s.timeout,
-		done:      make(chan struct{}),
 	}
 	switch s.submit(c) {
 	case queueFull:
@@ -323,8 +324,14 @@ const (
 // submit sends c at once if no round trip is in flight, and otherwise queues
 // it for the next one.
 func (s *Store) submit(c *call) submitted {
+	if !s.inline {
+		c.done = make(chan struct{})
+	}
 	s.mu.Lock()
 	if s.busy {
+		if c.done == nil {
+			c.done = make(chan struct{})
+		}
 		if len(s.queue) >= maxQueued {
 			s.mu.Unlock()
 			return queueFull
@@ -349,21 +356,21 @@ func (s *Store) submit(c *call) submitted {
 // next, from a goroutine of their own.
 func (s *Store) lead(ctx context.Context, c *call) {
 	rctx, cancel := context.WithDeadline(ctx, s.realBase.Add(c.deadline))
-	batch := []*call{c}
+	batch := [1]*call{c}
 	sent := s.now()
-	out, err := s.exec(rctx, batch)
+	out, err := s.exec(rctx, batch[:])
 	cancel()
 	switch {
 	case err == nil:
-		s.finish(batch, out, nil, sent)
+		s.finish(batch[:], out, nil, sent)
 	case ctx.Err() != nil:
 		// The caller gave up: no fault of Redis.
 		c.err = fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case s.mono() >= c.deadline:
-		s.breaker.failure(s.now())
+		s.breaker.failure(micros(s.mono()))
 		c.err = s.timeoutErr
 	default:
-		s.finish(batch, out, err, sent)
+		s.finish(batch[:], out, err, sent)
 	}
 	if next := s.next(); next != nil {
 		go s.run(next)
@@ -442,7 +449,7 @@ func (s *Store) roundTrip(batch []*call) bool {
 	ctx, cancel := context.WithDeadline(context.Background(), s.realBase.Add(deadline))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
-		s.breaker.failure(s.now())
+		s.breaker.failure(micros(s.mono()))
 		for _, c := range batch {
 			if c.state.Load() == callPending {
 				c.err = s.timeoutErr
@@ -464,7 +471,7 @@ func (s *Store) roundTrip(batch []*call) bool {
 // breaker and the denial cache, and answers its calls.
 func (s *Store) finish(batch []*call, out []outcome, err error, sent int64) {
 	if err != nil {
-		s.breaker.failure(s.now())
+		s.breaker.failure(micros(s.mono()))
 	} else {
 		s.breaker.success()
 	}

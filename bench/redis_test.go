@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/throttled/throttled/v2"
+	throttledredis "github.com/throttled/throttled/v2/store/goredisstore.v9"
+	ulule "github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/redisstore"
+)
+
+// How the Redis-store benchmarks are read (docs/performance.md has the
+// commands and the numbers):
+//
+//   - Every library talks to the same Redis (127.0.0.1:6379, database 15,
+//     emptied first) through a go-redis v9 client of its own with go-redis's
+//     default options, and gets the same limit in its own terms.
+//   - BenchmarkRedisSerialPaired: one caller, one tenant whose limit never
+//     denies: the latency of one decision, every library in turn within each
+//     iteration (and a PING, the bare round trip), reported as medians and
+//     90th percentiles.
+//   - BenchmarkRedis case=keys10k-parallel: 128 concurrent callers over
+//     10,000 tenants, limits that never deny: decisions per second.
+//     case=flood: 128 callers on one tenant that is over its limit, so
+//     (after the first) every request is denied: the cost of a denial.
+//   - BenchmarkRedisRoundTrip is one PING, serial: the round trip that the
+//     flood target (a denial >= 50x faster) is measured against.
+//   - lib=tollgate uses go-redis's default options; lib=tollgate-ctx sets
+//     ContextTimeoutEnabled, as docs/redis.md recommends, so that a Take
+//     that finds the store idle makes its own round trip. lib=tollgate-nocache
+//     turns the denial cache off, to show the flood without it.
+//   - ulule/limiter counts a fixed window (its algorithm), the others run
+//     GCRA; throttled's store takes two round trips a decision (GET, then a
+//     compare-and-swap script), the others one script call.
+
+const benchRedis = "127.0.0.1:6379"
+const benchDB = 15
+
+// openLimit never denies within a run: a burst of 1e9 tokens refilled at
+// 100 a second, as the memory benchmarks' drainingLimit.
+var openLimit = tollgate.Limit{Rate: 100, Burst: 1e9}
+
+// floodLimit denies all but the first request of a run.
+var floodLimit = tollgate.Limit{Rate: 1.0 / 3600, Burst: 1}
+
+// A redisContender is one library under test: open returns its decision
+// function for lim over client, keys under prefix.
+type redisContender struct {
+	name string
+	open func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(ctx context.Context, key string) (allowed bool, err error)
+}
+
+var redisContenders = []redisContender{
+	{"tollgate", openTollgate(false)},
+	{"tollgate-ctx", openTollgate(true)},
+	{"tollgate-nocache", openTollgate(false, redisstore.WithDenialCache(0))},
+	{"redis_rate", func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
+		l := redis_rate.NewLimiter(client)
+		limit := redis_rate.Limit{Rate: int(lim.Rate * 3600), Burst: int(lim.Burst), Period: time.Hour}
+		return func(ctx context.Context, key string) (bool, error) {
+			r, err := l.Allow(ctx, prefix+key, limit)
+			if err != nil {
+				return false, err
+			}
+			return r.Allowed > 0, nil
+		}
+	}},
+	{"ulule", func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
+		store, err := ulredis.NewStoreWithOptions(client, ulule.StoreOptions{Prefix: prefix, MaxRetry: ulule.DefaultMaxRetry})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// A fixed window of Burst requests per Burst/Rate.
+		window := lim.Window()
+		if window < time.Second {
+			window = time.Second
+		}
+		l := ulule.New(store, ulule.Rate{Period: window, Limit: lim.Burst})
+		return func(ctx context.Context, key string) (bool, error) {
+			r, err := l.Get(ctx, key)
+			if err != nil {
+				return false, err
+			}
+			return !r.Reached, nil
+		}
+	}},
+	{"throttled", func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
+		store, err := throttledredis.NewCtx(client, prefix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rate := throttled.PerHour(int(lim.Rate * 3600))
+		l, err := throttled.NewGCRARateLimiterCtx(store, throttled.RateQuota{MaxRate: rate, MaxBurst: int(lim.Burst) - 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, key string) (bool, error) {
+			limited, _, err := l.RateLimitCtx(ctx, key, 1)
+			return !limited, err
+		}
+	}},
+}
+
+// openTollgate opens tollgate's Redis store. With ctxTimeout the client sets
+// ContextTimeoutEnabled, which the docs recommend: an idle Take then makes
+// its round trip on the caller's goroutine.
+func openTollgate(ctxTimeout bool, opts ...redisstore.Option) func(*testing.B, *redis.Client, string, tollgate.Limit) func(context.Context, string) (bool, error) {
+	return func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
+		if ctxTimeout {
+			client = redis.NewClient(&redis.Options{Addr: benchRedis, DB: benchDB, ContextTimeoutEnabled: true})
+			b.Cleanup(func() { client.Close() })
+		}
+		// The other libraries have no timeout of their own; a second keeps
+		// a loaded machine's stall from failing a run.
+		opts = append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithTimeout(time.Second)}, opts...)
+		s, err := redisstore.New(client, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, key string) (bool, error) {
+			r, err := s.Take(ctx, key, lim, 1)
+			return r.Allowed, err
+		}
+	}
+}
+
+// benchClient returns a client of the benchmark database, emptied.
+func benchClient(b *testing.B) *redis.Client {
+	b.Helper()
+	c := redis.NewClient(&redis.Options{Addr: benchRedis, DB: benchDB})
+	b.Cleanup(func() { c.Close() })
+	if err := c.FlushDB(context.Background()).Err(); err != nil {
+		b.Fatalf("the Redis benchmarks need Redis on %s: %v", benchRedis, err)
+	}
+	return c
+}
+
+var benchRun atomic.Int64
+
+func benchPrefix(name string) string {
+	return fmt.Sprintf("bench:%s:%d:", name, benchRun.Add(1))
+}
+
+func reportRate(b *testing.B) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+func BenchmarkRedis(b *testing.B) {
+	ctx := context.Background()
+	tenants := make([]string, 10_000)
+	for i := range tenants {
+		tenants[i] = "tenant-" + strconv.Itoa(i)
+	}
+	for _, c := range redisContenders {
+		b.Run("case=keys10k-parallel/lib="+c.name, func(b *testing.B) {
+			if c.name == "tollgate-nocache" {
+				b.Skip("same as tollgate when nothing is denied")
+			}
+			take := c.open(b, benchClient(b), benchPrefix(c.name), openLimit)
+			var failed atomic.Int64
+			b.SetParallelism(64) // 128 callers on 2 CPUs
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := rand.IntN(len(tenants))
+				for pb.Next() {
+					if ok, err := take(ctx, tenants[i]); !ok || err != nil {
+						failed.Add(1)
+					}
+					i = (i + 1) % len(tenants)
+				}
+			})
+			reportRate(b)
+			if n := failed.Load(); n > 0 {
+				b.Fatalf("%d of %d decisions denied or failed", n, b.N)
+			}
+		})
+		b.Run("case=flood/lib="+c.name, func(b *testing.B) {
+			if c.name == "tollgate-ctx" {
+				b.Skip("same as tollgate when denials are local")
+			}
+			take := c.open(b, benchClient(b), benchPrefix(c.name), floodLimit)
+			take(ctx, "flooding-tenant") // the one allowed request
+			var allowed, failed atomic.Int64
+			b.SetParallelism(64)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					ok, err := take(ctx, "flooding-tenant")
+					if err != nil {
+						failed.Add(1)
+					} else if ok {
+						allowed.Add(1)
+					}
+				}
+			})
+			reportRate(b)
+			if allowed.Load() > 0 || failed.Load() > 0 {
+				b.Fatalf("an over-limit tenant got %d allowed, %d failed of %d", allowed.Load(), failed.Load(), b.N)
+			}
+		})
+	}
+}
+
+// BenchmarkRedisRoundTrip is one PING on the same Redis, serial: the round
+// trip every decision of the other libraries costs at least.
+func BenchmarkRedisRoundTrip(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	for b.Loop() {
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b)
+}
+
+// BenchmarkRedisSerialPaired measures the latency of one decision, one
+// caller, for every library in turn within each iteration, so that the load
+// of a shared machine, which comes and goes, falls on all of them alike. It
+// reports each library's median and 90th percentile in microseconds; ns/op
+// is the whole round of libraries and means nothing on its own.
+func BenchmarkRedisSerialPaired(b *testing.B) {
+	ctx := context.Background()
+	var takes []func(context.Context, string) (bool, error)
+	var names []string
+	for _, c := range redisContenders {
+		if c.name == "tollgate-nocache" {
+			continue
+		}
+		names = append(names, c.name)
+		takes = append(takes, c.open(b, benchClient(b), benchPrefix(c.name), openLimit))
+	}
+	ping := benchClient(b)
+	names = append(names, "ping")
+	takes = append(takes, func(ctx context.Context, _ string) (bool, error) { return true, ping.Ping(ctx).Err() })
+	for _, take := range takes { // connections are dialled before the timer starts
+		take(ctx, "serial-tenant")
+	}
+	samples := make([][]time.Duration, len(takes))
+	i := 0
+	for b.Loop() {
+		for j := range takes {
+			k := (i + j) % len(takes) // rotate who goes first
+			t0 := time.Now()
+			if ok, err := takes[k](ctx, "serial-tenant"); !ok || err != nil {
+				b.Fatalf("%s: denied or failed: %v", names[k], err)
+			}
+			samples[k] = append(samples[k], time.Since(t0))
+		}
+		i++
+	}
+	for k, s := range samples {
+		slices.Sort(s)
+		b.ReportMetric(float64(s[len(s)/2])/1e3, names[k]+"-p50-µs")
+		b.ReportMetric(float64(s[len(s)*9/10])/1e3, names[k]+"-p90-µs")
+	}
+}
