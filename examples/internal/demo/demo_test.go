@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,8 +63,9 @@ func TestNewLimiterStartsWithRedisDown(t *testing.T) {
 	}
 	url := "redis://" + ln.Addr().String() + "/0"
 	ln.Close()
-	var logs bytes.Buffer
-	l, closeStore, err := NewLimiter(context.Background(), Config{RedisURL: url}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	// go-redis goes on dialling, and logging, in goroutines of its own.
+	logs := &lockedBuffer{}
+	l, closeStore, err := NewLimiter(context.Background(), Config{RedisURL: url}, slog.New(slog.NewJSONHandler(logs, nil)))
 	if err != nil {
 		t.Fatalf("NewLimiter with Redis down: %v; want a limiter that fails open", err)
 	}
@@ -75,4 +77,21 @@ func TestNewLimiterStartsWithRedisDown(t *testing.T) {
 	if err != nil || !d.Allowed || d.HasFigures() {
 		t.Errorf("Take with Redis down: %+v, %v; want allowed, without figures", d, err)
 	}
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
