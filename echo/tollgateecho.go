@@ -150,8 +150,13 @@ func (m *limiter) serve(c echo.Context, next echo.HandlerFunc) error {
 	case a.MissingTenant() && cfg.MissingTenantHandler != nil:
 		return cfg.MissingTenantHandler(c, next)
 	}
+	// The error handler renders the body; the header keeps browsers from
+	// sniffing it as anything but JSON, as the other adapters' answers do.
+	c.Response().Header()["X-Content-Type-Options"] = nosniff
 	return echo.NewHTTPError(a.Status, a.Body)
 }
+
+var nosniff = []string{"nosniff"}
 
 // TenantFromHeader returns a tenant function for Config.Tenant that reads
 // the request header name. Use it only behind a gateway that sets the header
