@@ -535,3 +535,42 @@ func TestFallback(t *testing.T) {
 		t.Fatalf("store error: %v, want ErrUnavailable", err)
 	}
 }
+
+// TestHugeNumbers takes from a bucket whose window is close to
+// tollgate.MaxWindow, so the stored TAT is near the largest the script
+// handles: it must come back exact, and decisions must match GCRA's to the
+// microsecond.
+func TestHugeNumbers(t *testing.T) {
+	client := newClient(t)
+	prefix := testPrefix(t)
+	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithDenialCache(0))
+	// One token every 11.5 days, 3,000 of them: a 94-year window.
+	limit := tollgate.Limit{Rate: 1e-6, Burst: 3000}
+	if err := limit.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Take(bg, "t", limit, 2999)
+	if err != nil || !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("Take: %+v, %v", r, err)
+	}
+	stored, err := client.Get(bg, redisstore.RedisKey(prefix, "t")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tat, err := strconv.ParseInt(stored, 10, 64)
+	if err != nil || tat < 4e15 {
+		t.Fatalf("stored TAT %q is not an exact integer near 4.7e15 (%v)", stored, err)
+	}
+	now, _ := client.Time(bg).Result()
+	r, err = s.Take(bg, "t", limit, 2)
+	// The TAT is 2999 intervals ahead of the write: cost 2 needs one more
+	// interval than the tolerance leaves, less the time since.
+	if err != nil || r.Allowed || r.Remaining != 1 {
+		t.Fatalf("Take of 2: %+v, %v", r, err)
+	}
+	rel := tat - now.UnixMicro()
+	want := time.Duration(2*limit.TokenInterval()-(limit.Burst*limit.TokenInterval()-rel)) * time.Microsecond
+	if d := r.RetryAfter - want; d < -time.Second || d > time.Second {
+		t.Fatalf("RetryAfter %v, want about %v", r.RetryAfter, want)
+	}
+}
