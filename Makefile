@@ -13,9 +13,14 @@ COUNT ?= 6
 bench:
 	cd bench && go test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -timeout 60m ./...
 
+# golangci-lint (configured by .golangci.yml) runs too when it is installed:
+# go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@latest
+GOLANGCI_LINT ?= $(shell command -v golangci-lint 2>/dev/null || ls "$$(go env GOPATH)/bin/golangci-lint" 2>/dev/null)
 lint:
 	@set -e; test -z "$$(gofmt -l $(MODULES))" || { gofmt -l $(MODULES); exit 1; }
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...); done
+	@set -e; if [ -z "$(GOLANGCI_LINT)" ]; then echo "== golangci-lint is not installed: skipped"; \
+	else for m in $(MODULES); do echo "== golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...); done; fi
 
 # Each module must build on its own, which catches a missing require.
 build-alone:
