@@ -11,12 +11,15 @@ import (
 
 // A CachingResolver wraps a slow PlanResolver, typically a database query,
 // with a cache: each tenant's plan is looked up at most once per TTL,
-// concurrent misses for one tenant share a single lookup, and the cache holds
-// a bounded number of tenants. When a lookup fails, the plan last seen is
-// used for up to one more TTL before the error is returned.
+// concurrent lookups for one tenant are shared, and the cache holds a
+// bounded number of tenants. A plan older than the TTL is still served for
+// one more TTL while a lookup in the background refreshes it, so requests
+// wait on the wrapped resolver only for tenants not seen lately, and a
+// database outage shorter than the TTL goes unnoticed.
 //
 // A plan change takes effect on the tenant's next request after Invalidate,
-// or within the TTL without it. A CachingResolver is safe for concurrent use.
+// or within about a TTL without it. A CachingResolver is safe for concurrent
+// use.
 type CachingResolver struct {
 	next          PlanResolver
 	ttl           time.Duration
@@ -103,30 +106,35 @@ func (c *CachingResolver) ResolvePlan(ctx context.Context, tenant string) (Plan,
 			return e.plan, nil
 		}
 	}
-
-	c.mu.Lock()
-	f, inFlight := c.flights[tenant]
-	if !inFlight {
-		f = &flight{done: make(chan struct{})}
-		c.flights[tenant] = f
-		go c.lookup(context.WithoutCancel(ctx), tenant, f)
+	f := c.startLookup(ctx, tenant)
+	if ok && now.Before(e.expires.Add(c.ttl)) {
+		// Stale, but recent: serve it while the lookup runs, so that a
+		// busy tenant's requests do not all wait on the database each
+		// TTL, nor fail while it is down.
+		return e.plan, nil
 	}
-	c.mu.Unlock()
-
 	select {
 	case <-f.done:
 	case <-ctx.Done():
 		return Plan{}, ctx.Err()
 	}
 	if f.err != nil {
-		// The last plan seen is better than failing the request, for
-		// one more TTL.
-		if ok && now.Before(e.expires.Add(c.ttl)) {
-			return e.plan, nil
-		}
 		return Plan{}, f.err
 	}
 	return f.plan, nil
+}
+
+// startLookup returns the lookup of tenant under way, starting one if none is.
+func (c *CachingResolver) startLookup(ctx context.Context, tenant string) *flight {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, inFlight := c.flights[tenant]
+	if !inFlight {
+		f = &flight{done: make(chan struct{})}
+		c.flights[tenant] = f
+		go c.lookup(context.WithoutCancel(ctx), tenant, f)
+	}
+	return f
 }
 
 func (c *CachingResolver) lookup(ctx context.Context, tenant string, f *flight) {

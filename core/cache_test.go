@@ -76,8 +76,13 @@ func TestCachingResolverTTLAndInvalidate(t *testing.T) {
 		t.Fatalf("within the TTL the cached plan should hold, got %v", p.Name)
 	}
 	clock.Advance(time.Second)
-	if p, _ := c.ResolvePlan(ctx, "acme"); p != tollgate.Enterprise {
-		t.Fatalf("after the TTL got %v, want enterprise", p.Name)
+	// Past the TTL the cached plan is served while a lookup refreshes it.
+	if p, _ := c.ResolvePlan(ctx, "acme"); p != tollgate.Startup {
+		t.Fatalf("the first request after the TTL got %v, want the cached startup", p.Name)
+	}
+	waitFor(t, func() bool { p, _ := c.ResolvePlan(ctx, "acme"); return p == tollgate.Enterprise })
+	if n := db.lookups.Load(); n != 2 {
+		t.Fatalf("%d lookups after one TTL, want 2", n)
 	}
 	// Invalidate: the change applies on the very next request.
 	db.set("acme", tollgate.Growth)
@@ -203,5 +208,38 @@ func TestCachingResolverRejectsInvalidPlans(t *testing.T) {
 		if build() == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// waitFor polls cond, which a background goroutine will make true, for up to
+// 10 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestCachingResolverServesStaleWhileRefreshing(t *testing.T) {
+	db := &planDB{plans: map[string]tollgate.Plan{"acme": tollgate.Growth}}
+	c, clock := newCache(t, db)
+	ctx := context.Background()
+	c.ResolvePlan(ctx, "acme")
+	db.gate = make(chan struct{}) // the database hangs from now on
+	defer close(db.gate)
+	clock.Advance(61 * time.Second)
+	done := make(chan tollgate.Plan)
+	go func() { p, _ := c.ResolvePlan(ctx, "acme"); done <- p }()
+	select {
+	case p := <-done:
+		if p != tollgate.Growth {
+			t.Fatalf("got %v, want the cached growth plan", p.Name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request with a recently cached plan waited on a hung database")
 	}
 }

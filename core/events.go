@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,56 +25,74 @@ type ThrottleEvent struct {
 // Lines are sampled per tenant: at most one per tenant per interval, carrying
 // in "suppressed" how many throttled requests of that tenant went unlogged
 // since the previous line. When a tenant stops being throttled, a last line
-// "throttled requests not logged" reports what its final interval held. A
-// tenant flooding the API thus costs one line an interval, and its volume
-// is still on record. The hook is safe for concurrent use.
+// "throttled requests not logged" reports what its final interval held; it
+// is written by the next throttled request of any tenant an interval later,
+// and, for the logger a Limiter makes itself (WithLogger), by its next
+// decision of any kind. A tenant flooding the API thus costs one line an
+// interval, and its volume is still on record. The hook is safe for
+// concurrent use.
 func NewThrottleLogger(logger *slog.Logger, interval time.Duration) func(context.Context, ThrottleEvent) {
-	s := newSampler(interval, func(tenant string, suppressed int64) {
+	return newThrottleLog(logger, interval).log
+}
+
+// A throttleLog is the sampled log of throttled requests.
+type throttleLog struct {
+	logger  *slog.Logger
+	sampler *sampler
+}
+
+func newThrottleLog(logger *slog.Logger, interval time.Duration) *throttleLog {
+	t := &throttleLog{logger: logger}
+	t.sampler = newSampler(interval, func(tenant string, suppressed int64) {
 		logger.LogAttrs(context.Background(), slog.LevelWarn, "throttled requests not logged",
 			slog.String("tenant_id", tenant),
 			slog.Int64("suppressed", suppressed),
 		)
 	})
-	return func(ctx context.Context, e ThrottleEvent) {
-		log, suppressed := s.admit(e.Tenant, e.Time)
-		if !log {
-			return
-		}
-		logger.LogAttrs(ctx, slog.LevelWarn, "request throttled",
-			slog.String("tenant_id", e.Tenant),
-			slog.String("plan", e.Plan.Name),
-			slog.Int64("cost", e.Cost),
-			slog.Int64("limit", e.Plan.Limit.Burst),
-			slog.Float64("rate", e.Plan.Limit.Rate),
-			slog.Int64("remaining", e.Remaining),
-			slog.Int64("retry_after_ms", e.RetryAfter.Milliseconds()),
-			slog.String("method", e.Method),
-			slog.String("route", e.Route),
-			slog.Int64("suppressed", suppressed),
-		)
+	return t
+}
+
+func (t *throttleLog) log(ctx context.Context, e ThrottleEvent) {
+	log, suppressed := t.sampler.admit(e.Tenant, e.Time)
+	if !log {
+		return
 	}
+	t.logger.LogAttrs(ctx, slog.LevelWarn, "request throttled",
+		slog.String("tenant_id", e.Tenant),
+		slog.String("plan", e.Plan.Name),
+		slog.Int64("cost", e.Cost),
+		slog.Int64("limit", e.Plan.Limit.Burst),
+		slog.Float64("rate", e.Plan.Limit.Rate),
+		slog.Int64("remaining", e.Remaining),
+		slog.Int64("retry_after_ms", e.RetryAfter.Milliseconds()),
+		slog.String("method", e.Method),
+		slog.String("route", e.Route),
+		slog.Int64("suppressed", suppressed),
+	)
 }
 
 // A sampler admits at most one event per key per interval and counts the
-// rest. Counts left over when a key goes quiet are handed to flush, lazily,
-// by the next event that lands on the same shard an interval later. It
-// tracks a bounded number of keys: past the bound it forgets quiet keys and,
-// failing that, all of them (which at worst logs one extra line per key).
+// rest. Counts left over when a key goes quiet are handed to flush by the
+// first call of admit or flushQuiet an interval later, on any key. It tracks
+// a bounded number of keys: past the bound it forgets them all, which at
+// worst logs one extra line per key.
 type sampler struct {
-	interval time.Duration
-	flush    func(key string, suppressed int64)
-	seed     maphash.Seed
-	shards   [16]samplerShard
+	interval  time.Duration
+	flush     func(key string, suppressed int64)
+	seed      maphash.Seed
+	pending   atomic.Int64 // suppressed events not yet reported
+	lastSweep atomic.Int64 // Unix nanoseconds
+	shards    [16]samplerShard
 }
 
 type samplerShard struct {
-	mu        sync.Mutex
-	keys      map[string]*sampleState
-	lastSweep time.Time
+	mu   sync.Mutex
+	keys map[string]*sampleState
 }
 
 type sampleState struct {
-	last       time.Time
+	logged     time.Time // when the key's last line was admitted
+	seen       time.Time // when the key's last event came
 	suppressed int64
 }
 
@@ -90,37 +109,60 @@ func newSampler(interval time.Duration, flush func(key string, suppressed int64)
 // admit reports whether the event of key at now is to be logged and, if so,
 // how many events of key were suppressed since the last one logged.
 func (s *sampler) admit(key string, now time.Time) (bool, int64) {
+	s.flushQuiet(now)
 	sh := &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
 	sh.mu.Lock()
-	var quiet []flushed
-	if now.Sub(sh.lastSweep) >= s.interval {
-		quiet = sh.sweep(now, s.interval, key)
-	}
 	log, suppressed := sh.admit(key, now, s.interval)
 	sh.mu.Unlock()
-	if s.flush != nil {
-		for _, f := range quiet {
-			s.flush(f.key, f.suppressed)
-		}
+	if log {
+		s.pending.Add(-suppressed)
+	} else {
+		s.pending.Add(1)
 	}
 	return log, suppressed
 }
 
+// flushQuiet reports the suppressed counts of keys quiet for an interval.
+// It is cheap enough to call on every request: one atomic load while
+// nothing is pending.
+func (s *sampler) flushQuiet(now time.Time) {
+	if s.pending.Load() == 0 {
+		return
+	}
+	last := s.lastSweep.Load()
+	if now.UnixNano()-last < int64(s.interval) || !s.lastSweep.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		quiet := sh.sweep(now, s.interval)
+		sh.mu.Unlock()
+		for _, f := range quiet {
+			s.pending.Add(-f.suppressed)
+			if s.flush != nil {
+				s.flush(f.key, f.suppressed)
+			}
+		}
+	}
+}
+
 func (sh *samplerShard) admit(key string, now time.Time, interval time.Duration) (bool, int64) {
 	st, ok := sh.keys[key]
-	if ok && now.Sub(st.last) < interval {
+	if ok && now.Sub(st.logged) < interval {
 		st.suppressed++
+		st.seen = now
 		return false, 0
 	}
 	if !ok {
 		if len(sh.keys) >= maxSampledKeysPerShard {
 			clear(sh.keys)
 		}
-		sh.keys[key] = &sampleState{last: now}
+		sh.keys[key] = &sampleState{logged: now, seen: now}
 		return true, 0
 	}
 	suppressed := st.suppressed
-	st.last, st.suppressed = now, 0
+	st.logged, st.seen, st.suppressed = now, now, 0
 	return true, suppressed
 }
 
@@ -129,13 +171,12 @@ type flushed struct {
 	suppressed int64
 }
 
-// sweep forgets the keys quiet for an interval, except current, and returns
-// those that still had suppressed events to report.
-func (sh *samplerShard) sweep(now time.Time, interval time.Duration, current string) []flushed {
-	sh.lastSweep = now
+// sweep forgets the keys quiet for an interval and returns those that still
+// had suppressed events to report.
+func (sh *samplerShard) sweep(now time.Time, interval time.Duration) []flushed {
 	var out []flushed
 	for k, st := range sh.keys {
-		if k == current || now.Sub(st.last) < interval {
+		if now.Sub(st.seen) < interval {
 			continue
 		}
 		if st.suppressed > 0 {

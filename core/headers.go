@@ -1,6 +1,7 @@
 package tollgate
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -65,7 +66,9 @@ type planHeaders struct {
 }
 
 func newPlanHeaders(p Plan) *planHeaders {
-	window := max(ceilSeconds(p.Limit.Window()), 1)
+	// The window of the plan as written, not as rounded to whole
+	// microseconds a token: 3 tokens at 3/s is a 1-second window.
+	window := max(int64(math.Ceil(float64(p.Limit.Burst)/p.Limit.Rate-1e-9)), 1)
 	policy := appendSFString(nil, p.Name)
 	policy = append(policy, ";q="...)
 	policy = strconv.AppendInt(policy, p.Limit.Burst, 10)

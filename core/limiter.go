@@ -105,6 +105,7 @@ type Limiter struct {
 	onThrottle   []func(context.Context, ThrottleEvent)
 	logger       *slog.Logger
 	failureLog   *sampler
+	throttleLog  *throttleLog // the default throttle logger, if any
 	headers      planHeaderCache
 	now          func() time.Time
 }
@@ -185,7 +186,8 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 		l.timedStore = timed
 	}
 	if l.logger != nil {
-		l.onThrottle = append([]func(context.Context, ThrottleEvent){NewThrottleLogger(l.logger, time.Second)}, l.onThrottle...)
+		l.throttleLog = newThrottleLog(l.logger, time.Second)
+		l.onThrottle = append([]func(context.Context, ThrottleEvent){l.throttleLog.log}, l.onThrottle...)
 		l.failureLog = newSampler(time.Second, nil)
 	}
 	return l, nil
@@ -212,10 +214,10 @@ func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 	}
 	d.Plan = plan
 	if err := plan.Limit.Validate(); err != nil {
-		return d, fmt.Errorf("tollgate: plan %q: %w", plan.Name, err)
+		return d, fmt.Errorf("plan %q: %w", plan.Name, err)
 	}
 	if err := plan.Limit.CheckCost(d.Cost); err != nil {
-		return d, fmt.Errorf("tollgate: plan %q of tenant %q: %w", plan.Name, req.Tenant, err)
+		return d, fmt.Errorf("plan %q of tenant %q: %w", plan.Name, req.Tenant, err)
 	}
 	var r Result
 	if l.timedStore != nil {
@@ -234,6 +236,9 @@ func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 	d.planHeaders = l.headers.get(plan)
 	if !d.Allowed {
 		l.throttled(ctx, req, &d)
+	} else if l.throttleLog != nil {
+		// Report tenants whose throttling has stopped.
+		l.throttleLog.sampler.flushQuiet(d.Time)
 	}
 	return d, nil
 }
@@ -260,12 +265,18 @@ func (d *Decision) setResult(r Result) {
 func (l *Limiter) failOver(ctx context.Context, d *Decision, req Request, cause error, planKnown bool) {
 	d.Degraded = true
 	d.Err = cause
-	l.logFailure(ctx, cause)
+	l.logFailure(ctx, cause, planKnown)
 	if planKnown && l.fallback != nil {
 		_, nonBlocking := l.fallback.(NonBlockingStore)
 		r, err := l.takeFrom(ctx, l.fallback, !nonBlocking, req.Tenant, d.Plan.Limit, d.Cost)
 		if err == nil {
 			d.setResult(r)
+			// The headers must describe the bucket that decided.
+			effective := d.Plan
+			if s, ok := l.fallback.(LimitingStore); ok {
+				effective.Limit = s.LimitFor(d.Plan.Limit, d.Cost)
+			}
+			d.planHeaders = l.headers.get(effective)
 			if !d.Allowed {
 				l.throttled(ctx, req, d)
 			}
@@ -276,20 +287,27 @@ func (l *Limiter) failOver(ctx context.Context, d *Decision, req Request, cause 
 	d.Allowed = l.policy == FailOpen
 }
 
-func (l *Limiter) logFailure(ctx context.Context, err error) {
+func (l *Limiter) logFailure(ctx context.Context, err error, planKnown bool) {
 	if l.logger == nil {
 		return
 	}
-	log, suppressed := l.failureLog.admit("", l.now())
+	key, msg := "store", "rate limiter store failed"
+	if !planKnown {
+		key, msg = "resolver", "plan resolver failed"
+	}
+	log, suppressed := l.failureLog.admit(key, l.now())
 	if !log {
 		return
 	}
-	l.logger.LogAttrs(ctx, slog.LevelError, "rate limiter store failed",
+	attrs := []slog.Attr{
 		slog.String("policy", l.policy.String()),
-		slog.Bool("fallback", l.fallback != nil),
 		slog.String("error", err.Error()),
 		slog.Int64("suppressed", suppressed),
-	)
+	}
+	if planKnown {
+		attrs = append(attrs, slog.Bool("fallback", l.fallback != nil))
+	}
+	l.logger.LogAttrs(ctx, slog.LevelError, msg, attrs...)
 }
 
 func (l *Limiter) throttled(ctx context.Context, req Request, d *Decision) {

@@ -78,3 +78,13 @@ func GCRA(tat, now int64, limit Limit, cost int64) (newTAT int64, r Result) {
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// A LimitingStore is a Store that decides under a limit of its own derived
+// from the one it is given, such as a fallback that divides each limit among
+// the replicas of a fleet. LimitFor returns the limit a Take of cost under
+// limit is decided by; the Limiter puts it in the response headers, so that
+// they describe the bucket that decided.
+type LimitingStore interface {
+	Store
+	LimitFor(limit Limit, cost int64) Limit
+}

@@ -369,7 +369,7 @@ func Run(t *testing.T, newServer NewServer) {
 					t.Error(err)
 					return
 				}
-				io.Copy(io.Discard, resp.Body)
+				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				mu.Lock()
 				statuses[resp.StatusCode]++

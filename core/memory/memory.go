@@ -20,7 +20,9 @@ import (
 )
 
 // DefaultMaxKeys is the number of buckets a Store tracks unless WithMaxKeys
-// says otherwise. At about 50 bytes a bucket it bounds a Store to some 50 MB.
+// says otherwise. A bucket takes about 50 bytes plus its key's length (63
+// bytes for a 13-byte key; see docs/performance.md), so the default bounds a
+// Store to some 60 to 100 MB.
 const DefaultMaxKeys = 1_000_000
 
 // DefaultSweepInterval is how often a Store drops buckets that are full again
