@@ -65,7 +65,7 @@ func run(ctx context.Context, fw string, duration time.Duration, workers int) er
 	if err != nil {
 		return err
 	}
-	defer app.Stop()
+	defer func() { _ = app.Stop() }()
 
 	naive := &client{name: "naive", tenant: "naive-corp"}
 	paced := &client{name: "paced", tenant: "paced-corp"}

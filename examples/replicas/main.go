@@ -96,7 +96,7 @@ func run(ctx context.Context, fw string, n int, redisURL string, memoryOnly bool
 	replicas := make([]*launch.App, 0, n)
 	defer func() {
 		for _, r := range replicas {
-			r.Stop() // by its own PID
+			_ = r.Stop() // by its own PID
 		}
 	}()
 	for range n {

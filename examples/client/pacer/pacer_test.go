@@ -20,7 +20,6 @@ type fakeClock struct {
 	t       time.Time
 	slept   []time.Duration
 	frozen  bool // sleeps do not move the clock
-	sleepFn func(ctx context.Context, d time.Duration) error
 }
 
 func newFakeClock() *fakeClock {

@@ -142,9 +142,10 @@ func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollga
 	redis.SetLogger(redisLogger{logger})
 	client := redis.NewClient(opts)
 	// With several replicas, a real deployment would also keep limiting
-	// while Redis is down, each replica with its share of the limit:
+	// while Redis is down, each replica with its share of the limit, by
+	// passing this option to tollgate.New:
 	//
-	//	redisstore.WithFallback(redisstore.DividedStore{Store: memory.New(), Replicas: n})
+	//	tollgate.WithFallbackStore(redisstore.DividedStore{Store: memory.New(), Replicas: n})
 	//
 	// The demo shows plain fail-open, which needs no replica count.
 	store, err := redisstore.New(client)

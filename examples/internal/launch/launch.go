@@ -116,13 +116,13 @@ func Start(ctx context.Context, bin string, env ...string) (*App, error) {
 	defer cancel()
 	line, err := a.waitLine(ctx, func(m map[string]any) bool { return m["msg"] == demo.ListeningMsg })
 	if err != nil {
-		a.Stop()
+		_ = a.Stop()
 		return nil, fmt.Errorf("%s did not start listening: %w\n%s", a.Name, err, out.String())
 	}
 	a.Addr, _ = line["addr"].(string)
 	a.URL = "http://" + a.Addr
 	if err := a.waitHealthy(ctx); err != nil {
-		a.Stop()
+		_ = a.Stop()
 		return nil, fmt.Errorf("%s at %s is not healthy: %w\n%s", a.Name, a.Addr, err, out.String())
 	}
 	return a, nil
@@ -165,12 +165,12 @@ func (a *App) Stop() error {
 	default:
 	}
 	if err := terminate(a.cmd.Process); err != nil {
-		a.cmd.Process.Kill()
+		_ = a.cmd.Process.Kill()
 	}
 	select {
 	case <-a.exited:
 	case <-time.After(10 * time.Second):
-		a.cmd.Process.Kill()
+		_ = a.cmd.Process.Kill()
 		<-a.exited
 	}
 	return nil
