@@ -16,10 +16,10 @@ import (
 // fakeClock is a Transport's clock that moves only when the Transport
 // sleeps, and records the sleeps; no test waits for real.
 type fakeClock struct {
-	mu      sync.Mutex
-	t       time.Time
-	slept   []time.Duration
-	frozen  bool // sleeps do not move the clock
+	mu     sync.Mutex
+	t      time.Time
+	slept  []time.Duration
+	frozen bool // sleeps do not move the clock
 }
 
 func newFakeClock() *fakeClock {
