@@ -48,6 +48,17 @@ const (
 	maxQueued = 64 * maxBatch
 )
 
+// While a round trip is in flight, arriving calls wait for the next one. If
+// secondTrip of them are waiting already, a second round trip takes them at
+// once rather than wait for the first to come back: Redis then runs one
+// batch while the Store reads the answers to the other, which about doubles
+// the throughput under heavy load. A light load never gets there, and its
+// calls share round trips. No more than maxInflight are in flight.
+const (
+	maxInflight = 2
+	secondTrip  = 32
+)
+
 // An Option configures a Store.
 type Option func(*config)
 
@@ -110,7 +121,8 @@ func WithDenialCache(size int) Option {
 //
 // Each Take runs tollgate.GCRA atomically in a Lua script, on the Redis
 // server's clock. Takes that arrive while a round trip is in flight wait for
-// the next one, which carries them all; a Take that finds the Store idle goes
+// the next one, which carries them all (under heavy load a second round trip
+// may start before the first is back); a Take that finds the Store idle goes
 // out at once. Requests for a bucket that Redis has already reported empty
 // are denied locally until it refills (see WithDenialCache). Redis failures
 // are bounded by a timeout and a circuit breaker (see WithTimeout and
@@ -134,9 +146,9 @@ type Store struct {
 	timeoutErr error
 	inline     bool // the client honours context deadlines: see lead
 
-	mu    sync.Mutex
-	busy  bool    // a round trip is in flight
-	queue []*call // calls waiting for the next round trip
+	mu       sync.Mutex
+	inflight int     // round trips in flight (runners), at most maxInflight
+	queue    []*call // calls waiting for the next round trip
 }
 
 var _ tollgate.Store = (*Store)(nil)
@@ -269,11 +281,15 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 		return tollgate.Result{}, err
 	}
 	rkey := redisKey(s.prefix, key)
-	start := s.now()
+	mono := s.mono()
+	start := micros(mono)
+	if s.localClock != nil {
+		start = s.now()
+	}
 	if r, ok := s.cache.deny(rkey, limit, cost, start); ok {
 		return r, nil
 	}
-	if !s.breaker.allow(micros(s.mono())) {
+	if !s.breaker.allow(micros(mono)) {
 		return tollgate.Result{}, errCircuitOpen
 	}
 	interval := limit.TokenInterval()
@@ -283,7 +299,7 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 		cost:      cost,
 		tolerance: limit.Burst * interval,
 		need:      cost * interval,
-		deadline:  s.mono() + s.timeout,
+		deadline:  mono + s.timeout,
 	}
 	switch s.submit(c) {
 	case queueFull:
@@ -328,24 +344,32 @@ func (s *Store) submit(c *call) submitted {
 		c.done = make(chan struct{})
 	}
 	s.mu.Lock()
-	if s.busy {
-		if c.done == nil {
-			c.done = make(chan struct{})
-		}
-		if len(s.queue) >= maxQueued {
-			s.mu.Unlock()
-			return queueFull
-		}
-		s.queue = append(s.queue, c)
+	if s.inflight == 0 {
+		s.inflight = 1
 		s.mu.Unlock()
+		if s.inline {
+			return leading
+		}
+		go s.run([]*call{c})
 		return queued
 	}
-	s.busy = true
-	s.mu.Unlock()
-	if s.inline {
-		return leading
+	if c.done == nil {
+		c.done = make(chan struct{})
 	}
-	go s.run([]*call{c})
+	if len(s.queue) >= maxQueued {
+		s.mu.Unlock()
+		return queueFull
+	}
+	s.queue = append(s.queue, c)
+	var second []*call
+	if s.inflight < maxInflight && len(s.queue) >= secondTrip {
+		s.inflight++
+		second = s.takeQueue()
+	}
+	s.mu.Unlock()
+	if second != nil {
+		go s.run(s.prepare(second))
+	}
 	return queued
 }
 
@@ -377,9 +401,9 @@ func (s *Store) lead(ctx context.Context, c *call) {
 	}
 }
 
-// run makes round trips until no call waits. Only the goroutine that set
-// busy runs it, so one round trip at most is in flight, apart from those
-// that overran the timeout and were left behind.
+// run makes round trips until no call waits, then retires. At most
+// maxInflight goroutines run it at a time (counted by inflight), apart from
+// round trips that overran the timeout and were left behind.
 func (s *Store) run(batch []*call) {
 	for {
 		if len(batch) > 0 && !s.roundTrip(batch) {
@@ -392,27 +416,36 @@ func (s *Store) run(batch []*call) {
 	}
 }
 
-// next takes the queued calls for the next round trip, answers those that
-// the denial cache now can, and drops those whose callers gave up. It
-// returns nil, and marks the Store idle, when the queue is empty.
+// next takes the queued calls for the next round trip and prepares them. It
+// returns nil, and retires the runner, when the queue is empty.
 func (s *Store) next() []*call {
 	s.mu.Lock()
-	q := s.queue
-	if len(q) == 0 {
-		s.busy = false
-		s.queue = nil
+	if len(s.queue) == 0 {
+		s.inflight--
 		s.mu.Unlock()
 		return nil
 	}
-	batch := q
-	if len(q) > maxBatch {
-		batch = q[:maxBatch:maxBatch]
-		s.queue = append([]*call(nil), q[maxBatch:]...)
-	} else {
-		s.queue = nil
-	}
+	batch := s.takeQueue()
 	s.mu.Unlock()
+	return s.prepare(batch)
+}
 
+// takeQueue takes up to maxBatch queued calls, oldest first. s.mu must be
+// held.
+func (s *Store) takeQueue() []*call {
+	q := s.queue
+	if len(q) > maxBatch {
+		s.queue = append([]*call(nil), q[maxBatch:]...)
+		return q[:maxBatch:maxBatch]
+	}
+	s.queue = nil
+	return q
+}
+
+// prepare answers the calls of a batch that the denial cache now can, fails
+// those that waited their whole timeout, drops those whose callers gave up,
+// and returns the rest.
+func (s *Store) prepare(batch []*call) []*call {
 	now, mono := s.now(), s.mono()
 	kept := batch[:0]
 	for _, c := range batch {
