@@ -30,7 +30,7 @@ type DividedStore struct {
 	Replicas int
 }
 
-var _ tollgate.Store = DividedStore{}
+var _ tollgate.LimitingStore = DividedStore{}
 
 // Take checks limit and cost as any Store does, then takes cost tokens from
 // the bucket of key in Store under the divided limit.
@@ -42,6 +42,13 @@ func (d DividedStore) Take(ctx context.Context, key string, limit tollgate.Limit
 		return tollgate.Result{}, err
 	}
 	return d.Store.Take(ctx, key, divide(limit, d.Replicas, cost), cost)
+}
+
+// LimitFor returns the divided limit that a Take of cost under limit is
+// decided by, so that the Limiter's response headers describe the bucket
+// that decided. It implements tollgate.LimitingStore.
+func (d DividedStore) LimitFor(limit tollgate.Limit, cost int64) tollgate.Limit {
+	return divide(limit, d.Replicas, cost)
 }
 
 func divide(limit tollgate.Limit, replicas int, cost int64) tollgate.Limit {

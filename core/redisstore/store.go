@@ -129,8 +129,9 @@ func WithDenialCache(size int) Option {
 // WithCircuitBreaker); the Limiter's failure policy, or its fallback store
 // (see DividedStore), then decides.
 //
-// A Store holds no goroutine while idle and needs no Close; closing the
-// client is the caller's business. The zero Store is not usable; call New.
+// A Store needs no Close: the goroutines that make its round trips exit
+// once it has been idle for a second. Closing the client is the caller's
+// business. The zero Store is not usable; call New.
 type Store struct {
 	client      redis.UniversalClient
 	mode        clientMode
@@ -145,6 +146,8 @@ type Store struct {
 
 	timeoutErr error
 	inline     bool // the client honours context deadlines: see lead
+
+	handoff chan []*call // to a lingering runner
 
 	mu       sync.Mutex
 	inflight int     // round trips in flight (runners), at most maxInflight
@@ -199,6 +202,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		cache:       newDenialCache(cfg.cacheSize),
 		localClock:  cfg.localClock,
 		scriptClock: cfg.scriptClock,
+		handoff:     make(chan []*call),
 	}
 	s.breaker.init(cfg.breakerFailures, micros(cfg.breakerBackoff), micros(cfg.timeout))
 	s.realBase = time.Now()
@@ -350,7 +354,7 @@ func (s *Store) submit(c *call) submitted {
 		if s.inline {
 			return leading
 		}
-		go s.run([]*call{c})
+		s.dispatch([]*call{c})
 		return queued
 	}
 	if c.done == nil {
@@ -368,7 +372,7 @@ func (s *Store) submit(c *call) submitted {
 	}
 	s.mu.Unlock()
 	if second != nil {
-		go s.run(s.prepare(second))
+		s.dispatch(s.prepare(second))
 	}
 	return queued
 }
@@ -397,20 +401,48 @@ func (s *Store) lead(ctx context.Context, c *call) {
 		s.finish(batch[:], out, err, sent)
 	}
 	if next := s.next(); next != nil {
-		go s.run(next)
+		s.dispatch(next)
 	}
 }
 
-// run makes round trips until no call waits, then retires. At most
-// maxInflight goroutines run it at a time (counted by inflight), apart from
-// round trips that overran the timeout and were left behind.
+// lingerFor is how long a runner with nothing left to send waits for more
+// before it exits. Handing a batch to a waiting runner is cheaper than
+// starting a goroutine, whose stack must grow again through go-redis, and a
+// Store still holds no goroutine once it has been idle that long.
+const lingerFor = time.Second
+
+// dispatch hands batch to a lingering runner, or starts one. The caller has
+// counted it in inflight.
+func (s *Store) dispatch(batch []*call) {
+	select {
+	case s.handoff <- batch:
+	default:
+		go s.run(batch)
+	}
+}
+
+// run makes round trips until no call waits, then lingers (see lingerFor).
+// At most maxInflight goroutines run round trips at a time (counted by
+// inflight), apart from round trips that overran the timeout and were left
+// behind.
 func (s *Store) run(batch []*call) {
+	var linger *time.Timer
 	for {
 		if len(batch) > 0 && !s.roundTrip(batch) {
 			return // the round trip overran; its watchdog carries on
 		}
-		batch = s.next()
-		if batch == nil {
+		if batch = s.next(); batch != nil {
+			continue
+		}
+		if linger == nil {
+			linger = time.NewTimer(lingerFor)
+		} else {
+			linger.Reset(lingerFor)
+		}
+		select {
+		case batch = <-s.handoff:
+			linger.Stop()
+		case <-linger.C:
 			return
 		}
 	}

@@ -492,6 +492,13 @@ func TestDividedStore(t *testing.T) {
 	if _, err := d.Take(bg, "t", limit, 21); !errors.Is(err, tollgate.ErrCostExceedsBurst) {
 		t.Fatalf("cost over the real burst: %v", err)
 	}
+	// The Limiter's headers describe the divided bucket.
+	if got, want := d.LimitFor(limit, 1), (tollgate.Limit{Rate: 2, Burst: 5}); got != want {
+		t.Fatalf("LimitFor(cost 1) = %v, want %v", got, want)
+	}
+	if got, want := d.LimitFor(limit, 10), (tollgate.Limit{Rate: 2, Burst: 10}); got != want {
+		t.Fatalf("LimitFor(cost 10) = %v, want %v", got, want)
+	}
 	// Replicas < 1 divides nothing.
 	one := redisstore.DividedStore{Store: memory.New(memory.WithClock(clock.Now))}
 	if r, err := one.Take(bg, "t", limit, 20); err != nil || !r.Allowed {
