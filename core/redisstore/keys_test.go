@@ -90,3 +90,13 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Errorf("turning the breaker and the cache off: %v", err)
 	}
 }
+
+func TestStoreKey(t *testing.T) {
+	s := newStore(t, newClient(t), redisstore.WithPrefix("app:"))
+	if got := s.Key("acme"); got != "app:{acme}" {
+		t.Fatalf("Key(acme) = %q", got)
+	}
+	if got := s.Key("{acme}"); got != redisstore.RedisKey("app:", "{acme}") {
+		t.Fatalf("Key({acme}) = %q", got)
+	}
+}

@@ -270,6 +270,12 @@ func (c *call) deliver() {
 	}
 }
 
+// Key returns the Redis key that holds the bucket of key, for looking at a
+// tenant's bucket or resetting it (DEL) with redis-cli: the prefix, then a
+// hash tag that is key itself when it is short printable ASCII without
+// braces, and otherwise '#' and the base64url SHA-256 of key.
+func (s *Store) Key(key string) string { return redisKey(s.prefix, key) }
+
 // Take takes cost tokens from the bucket of key under limit. It implements
 // tollgate.Store.
 //
