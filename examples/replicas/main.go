@@ -140,16 +140,19 @@ func run(ctx context.Context, fw string, n int, redisURL string, memoryOnly bool
 }
 
 // resetBuckets deletes the demo tenants' buckets, so that every run starts
-// from full buckets. It relies on redisstore's key layout
-// (prefix + "{" + tenant + "}"), which redisstore does not export.
+// from full buckets.
 func resetBuckets(ctx context.Context, opts *redis.Options, mix []traffic) error {
 	c := redis.NewClient(opts)
 	defer c.Close()
+	store, err := redisstore.New(c)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	keys := make([]string, len(mix))
 	for i, m := range mix {
-		keys[i] = redisstore.DefaultPrefix + "{" + m.tenant + "}"
+		keys[i] = store.Key(m.tenant)
 	}
 	return c.Del(ctx, keys...).Err()
 }
