@@ -85,8 +85,10 @@ func TestKeyCapEvictsClosestToFull(t *testing.T) {
 func TestFullBucketsGoBeforeEvictions(t *testing.T) {
 	clock := storetest.NewClock()
 	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0), memory.WithMaxKeys(500))
+	// 200 new keys a round: far below the cap of each of the 4 shards
+	// (125) however they hash, but ten rounds hold 2,000 in all.
 	for round := 0; round < 10; round++ {
-		for i := 0; i < 400; i++ {
+		for i := 0; i < 200; i++ {
 			take(t, s, fmt.Sprint("r", round, "-", i), 1)
 		}
 		clock.Advance(time.Second) // every bucket is full again
