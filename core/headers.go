@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Response header names, in canonical form.
@@ -47,14 +48,53 @@ func (d *Decision) WriteHeaders(h http.Header) {
 	if !d.figures {
 		return
 	}
-	var vals [len(headerNames)]string
-	n := d.headerValues(&vals)
-	// One backing array for all the values, instead of one slice each.
-	backing := make([]string, n)
-	for i := 0; i < n; i++ {
-		backing[i] = vals[i]
-		h[headerNames[i]] = backing[i : i+1 : i+1]
+	ph := d.planHeaders
+	if ph == nil {
+		ph = newPlanHeaders(d.Plan)
 	}
+	// The plan's values are shared, read-only slices. The request's
+	// values and the slices that hold them share one allocation.
+	blk := new(headerBlock)
+	b := d.appendRequestValuesTo(blk, ph)
+	var s string
+	if len(b) <= len(blk.buf) {
+		s = unsafe.String(&blk.buf[0], len(b)) // b was built in blk.buf
+	} else {
+		s = string(b)
+	}
+	n := blk.split(s, d.Allowed)
+	h[HeaderLimit] = ph.limitValue
+	h[HeaderPolicy] = ph.policyValue
+	h[HeaderRemaining] = blk.vals[0:1:1]
+	h[HeaderReset] = blk.vals[1:2:2]
+	h[HeaderRateLimit] = blk.vals[2:3:3]
+	if n == 4 {
+		h[HeaderRetry] = blk.vals[3:4:4]
+	}
+}
+
+// A headerBlock holds the per-request header values of WriteHeaders: the
+// bytes, and the one-element slices that the header map refers to.
+type headerBlock struct {
+	vals [4]string // Remaining, Reset, RateLimit, Retry-After
+	ends [4]uint8  // at most about 220 bytes in all, with a 64-character plan name
+	buf  [64]byte
+}
+
+// split cuts s, as appendRequestValues made it, into blk.vals and returns
+// how many values there are.
+func (blk *headerBlock) split(s string, allowed bool) int {
+	n := 3
+	if !allowed {
+		n = 4
+	}
+	start := 0
+	for i := 0; i < n; i++ {
+		end := int(blk.ends[i])
+		blk.vals[i] = s[start:end]
+		start = end
+	}
+	return n
 }
 
 // planHeaders are the header values that depend on the plan alone.
@@ -63,6 +103,10 @@ type planHeaders struct {
 	limit    string // X-RateLimit-Limit: the burst
 	policy   string // RateLimit-Policy
 	rlPrefix string // RateLimit up to the remaining count: "<plan>";r=
+
+	// The values as header map entries, shared by every response. Their
+	// capacity is 1, so Header.Add copies rather than writes into them.
+	limitValue, policyValue []string
 }
 
 func newPlanHeaders(p Plan) *planHeaders {
@@ -74,12 +118,15 @@ func newPlanHeaders(p Plan) *planHeaders {
 	policy = strconv.AppendInt(policy, p.Limit.Burst, 10)
 	policy = append(policy, ";w="...)
 	policy = strconv.AppendInt(policy, window, 10)
-	return &planHeaders{
+	ph := &planHeaders{
 		plan:     p,
 		limit:    strconv.FormatInt(p.Limit.Burst, 10),
 		policy:   string(policy),
 		rlPrefix: string(appendSFString(nil, p.Name)) + ";r=",
 	}
+	ph.limitValue = []string{ph.limit}
+	ph.policyValue = []string{ph.policy}
+	return ph
 }
 
 // headerValues formats the header values into vals and returns how many
@@ -89,30 +136,39 @@ func (d *Decision) headerValues(vals *[len(headerNames)]string) int {
 	if ph == nil {
 		ph = newPlanHeaders(d.Plan)
 	}
-	var buf [128]byte
-	b := strconv.AppendInt(buf[:0], d.Remaining, 10)
-	endRemaining := len(b)
-	b = strconv.AppendInt(b, ceilUnix(d.Time.Add(d.ResetAfter)), 10)
-	endReset := len(b)
-	b = append(b, ph.rlPrefix...)
-	b = append(b, b[:endRemaining]...)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
-	endRateLimit := len(b)
-	if !d.Allowed {
-		b = strconv.AppendInt(b, RetryAfterSeconds(d.RetryAfter), 10)
-	}
-	s := string(b)
+	var blk headerBlock
+	n := blk.split(string(d.appendRequestValuesTo(&blk, ph)), d.Allowed)
 	vals[0] = ph.limit
-	vals[1] = s[:endRemaining]
-	vals[2] = s[endRemaining:endReset]
+	vals[1] = blk.vals[0]
+	vals[2] = blk.vals[1]
 	vals[3] = ph.policy
-	vals[4] = s[endReset:endRateLimit]
-	if d.Allowed {
+	vals[4] = blk.vals[2]
+	if n == 3 {
 		return 5
 	}
-	vals[5] = s[endRateLimit:]
+	vals[5] = blk.vals[3]
 	return 6
+}
+
+// appendRequestValuesTo formats the values that change with each request
+// into blk.buf (or, if they do not fit, a larger buffer), recording where
+// each ends in blk.ends.
+func (d *Decision) appendRequestValuesTo(blk *headerBlock, ph *planHeaders) []byte {
+	b := strconv.AppendInt(blk.buf[:0], d.Remaining, 10)
+	remaining := len(b)
+	blk.ends[0] = uint8(remaining)
+	b = strconv.AppendInt(b, ceilUnix(d.Time.Add(d.ResetAfter)), 10)
+	blk.ends[1] = uint8(len(b))
+	b = append(b, ph.rlPrefix...)
+	b = append(b, b[:remaining]...)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	blk.ends[2] = uint8(len(b))
+	if !d.Allowed {
+		b = strconv.AppendInt(b, RetryAfterSeconds(d.RetryAfter), 10)
+		blk.ends[3] = uint8(len(b))
+	}
+	return b
 }
 
 // RetryAfterSeconds returns d in whole seconds, rounded up, and at least 1:

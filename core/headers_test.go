@@ -140,3 +140,36 @@ type fixedStore struct{ r tollgate.Result }
 func (s fixedStore) Take(context.Context, string, tollgate.Limit, int64) (tollgate.Result, error) {
 	return s.r, nil
 }
+
+func TestHeadersOfALongPlanName(t *testing.T) {
+	name := strings.Repeat(`"`, 64) // every byte escaped: the longest value there is
+	plan := tollgate.Plan{Name: name, Limit: tollgate.Limit{Rate: 1000, Burst: 1000}}
+	l, err := tollgate.New(newMemory(t), tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := l.Take(context.Background(), tollgate.Request{Tenant: "t", Cost: 1000})
+	d2, _ := l.Take(context.Background(), tollgate.Request{Tenant: "t"})
+	quoted := `"` + strings.Repeat(`\"`, 64) + `"`
+	for _, d := range []tollgate.Decision{d, d2} {
+		if !d.HasFigures() {
+			t.Fatalf("no figures: %+v", d)
+		}
+		h := http.Header{}
+		d.WriteHeaders(h)
+		visited := http.Header{}
+		d.VisitHeaders(func(k, v string) { visited[k] = []string{v} })
+		want := quoted + ";r=0;t=" + strconv.FormatInt(tollgate.RetryAfterSeconds(d.ResetAfter), 10)
+		if got := h.Get("RateLimit"); got != want {
+			t.Errorf("RateLimit = %q, want %q", got, want)
+		}
+		for k := range visited {
+			if h.Get(k) != visited.Get(k) {
+				t.Errorf("%s: WriteHeaders %q, VisitHeaders %q", k, h.Get(k), visited.Get(k))
+			}
+		}
+		if len(h) != len(visited) {
+			t.Errorf("WriteHeaders wrote %d headers, VisitHeaders %d", len(h), len(visited))
+		}
+	}
+}
