@@ -200,24 +200,31 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 // cost above the burst of the tenant's plan (the Decision then names the
 // plan).
 func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
-	d := Decision{Tenant: req.Tenant, Cost: req.Cost, Time: l.now()}
+	var d Decision
+	err := l.decide(ctx, &req, &d)
+	return d, err
+}
+
+// decide is Take writing into d, so that Answer can decide in place.
+func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision) error {
+	*d = Decision{Tenant: req.Tenant, Cost: req.Cost, Time: l.now()}
 	if d.Cost == 0 {
 		d.Cost = 1
 	}
 	if d.Cost < 0 {
-		return d, fmt.Errorf("%w: cost must be >= 1, got %d", ErrInvalidLimit, req.Cost)
+		return fmt.Errorf("%w: cost must be >= 1, got %d", ErrInvalidLimit, req.Cost)
 	}
 	plan, err := l.plans.ResolvePlan(ctx, req.Tenant)
 	if err != nil {
-		l.failOver(ctx, &d, req, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", req.Tenant, err), false)
-		return d, nil
+		l.failOver(ctx, d, req, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", req.Tenant, err), false)
+		return nil
 	}
 	d.Plan = plan
 	if err := plan.Limit.Validate(); err != nil {
-		return d, fmt.Errorf("plan %q: %w", plan.Name, err)
+		return fmt.Errorf("plan %q: %w", plan.Name, err)
 	}
 	if err := plan.Limit.CheckCost(d.Cost); err != nil {
-		return d, fmt.Errorf("plan %q of tenant %q: %w", plan.Name, req.Tenant, err)
+		return fmt.Errorf("plan %q of tenant %q: %w", plan.Name, req.Tenant, err)
 	}
 	var r Result
 	if l.timedStore != nil {
@@ -227,20 +234,20 @@ func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrCostExceedsBurst) {
-			return d, err
+			return err
 		}
-		l.failOver(ctx, &d, req, err, true)
-		return d, nil
+		l.failOver(ctx, d, req, err, true)
+		return nil
 	}
 	d.setResult(r)
 	d.planHeaders = l.headers.get(plan)
 	if !d.Allowed {
-		l.throttled(ctx, req, &d)
+		l.throttled(ctx, req, d)
 	} else if l.throttleLog != nil {
 		// Report tenants whose throttling has stopped.
 		l.throttleLog.sampler.flushQuiet(d.Time)
 	}
-	return d, nil
+	return nil
 }
 
 func (l *Limiter) takeFrom(ctx context.Context, s Store, blocks bool, key string, limit Limit, cost int64) (Result, error) {
@@ -262,7 +269,7 @@ func (d *Decision) setResult(r Result) {
 
 // failOver decides when the store or the resolver failed: through the
 // fallback store if there is one and the plan is known, else by policy.
-func (l *Limiter) failOver(ctx context.Context, d *Decision, req Request, cause error, planKnown bool) {
+func (l *Limiter) failOver(ctx context.Context, d *Decision, req *Request, cause error, planKnown bool) {
 	d.Degraded = true
 	d.Err = cause
 	l.logFailure(ctx, cause, planKnown)
@@ -310,7 +317,7 @@ func (l *Limiter) logFailure(ctx context.Context, err error, planKnown bool) {
 	l.logger.LogAttrs(ctx, slog.LevelError, msg, attrs...)
 }
 
-func (l *Limiter) throttled(ctx context.Context, req Request, d *Decision) {
+func (l *Limiter) throttled(ctx context.Context, req *Request, d *Decision) {
 	if len(l.onThrottle) == 0 {
 		return
 	}

@@ -32,22 +32,22 @@ func (a *Answer) MissingTenant() bool {
 // req.Tenant is empty, the Decision's denial status and body when it is
 // denied, and 500 with InternalErrorBody when Take returns an error, which
 // Answer logs. The framework adapters are built on it.
-func (l *Limiter) Answer(ctx context.Context, req Request) Answer {
+func (l *Limiter) Answer(ctx context.Context, req Request) (a Answer) {
 	if req.Tenant == "" {
 		return Answer{Status: http.StatusUnauthorized, Body: MissingTenantBody}
 	}
-	d, err := l.Take(ctx, req)
-	if err != nil {
-		l.logMisconfiguration(ctx, req, err)
-		return Answer{Decision: d, Status: http.StatusInternalServerError, Body: InternalErrorBody}
+	if err := l.decide(ctx, &req, &a.Decision); err != nil {
+		l.logMisconfiguration(ctx, &req, err)
+		a.Status, a.Body = http.StatusInternalServerError, InternalErrorBody
+		return a
 	}
-	if d.Allowed {
-		return Answer{Decision: d}
+	if !a.Decision.Allowed {
+		a.Status, a.Body = a.Decision.DenialStatus(), a.Decision.DenialBody()
 	}
-	return Answer{Decision: d, Status: d.DenialStatus(), Body: d.DenialBody()}
+	return a
 }
 
-func (l *Limiter) logMisconfiguration(ctx context.Context, req Request, err error) {
+func (l *Limiter) logMisconfiguration(ctx context.Context, req *Request, err error) {
 	if l.logger == nil {
 		return
 	}
