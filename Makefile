@@ -7,11 +7,10 @@ GOTEST_FLAGS ?= -race -shuffle=on -count=1
 test:
 	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test $(GOTEST_FLAGS) ./...); done
 
-# BENCH selects benchmarks; COUNT repetitions feed benchstat.
-BENCH ?= .
-COUNT ?= 6
+# The benchmarks of docs/performance.md: six interleaved passes, then
+# benchstat (needs the Redis on 127.0.0.1:6379).
 bench:
-	cd bench && go test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -timeout 60m ./...
+	bench/run.sh
 
 # golangci-lint (configured by .golangci.yml) runs too when it is installed:
 # go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@latest

@@ -297,7 +297,13 @@ func memParallel(b *testing.B, take memTakeFunc, keys []string) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(memoryCPUTime()-cpu)/float64(b.N), "cpu-ns/op")
-	if d := denied.Load(); d > 0 {
+	// The limit allows every request, so a denial is the library giving up
+	// under contention (throttled's memstore does, now and then, when its
+	// compare-and-swap keeps losing). Report it rather than abort the run;
+	// more than one in a thousand means the case measures the wrong path.
+	d := denied.Load()
+	b.ReportMetric(float64(d)/float64(b.N), "denied/op")
+	if d*1000 > int64(b.N) {
 		b.Fatalf("%d of %d requests denied; the limit must allow all", d, b.N)
 	}
 }
