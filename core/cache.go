@@ -46,6 +46,9 @@ type flight struct {
 	err  error
 }
 
+// closed is the done channel of a flight that needed no lookup.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // A CachingOption configures a CachingResolver.
 type CachingOption func(*CachingResolver)
 
@@ -106,7 +109,7 @@ func (c *CachingResolver) ResolvePlan(ctx context.Context, tenant string) (Plan,
 			return e.plan, nil
 		}
 	}
-	f := c.startLookup(ctx, tenant)
+	f := c.startLookup(ctx, tenant, now)
 	if ok && now.Before(e.expires.Add(c.ttl)) {
 		// Stale, but recent: serve it while the lookup runs, so that a
 		// busy tenant's requests do not all wait on the database each
@@ -124,10 +127,15 @@ func (c *CachingResolver) ResolvePlan(ctx context.Context, tenant string) (Plan,
 	return f.plan, nil
 }
 
-// startLookup returns the lookup of tenant under way, starting one if none is.
-func (c *CachingResolver) startLookup(ctx context.Context, tenant string) *flight {
+// startLookup returns the lookup of tenant under way, starting one if none
+// is and no lookup has just finished.
+func (c *CachingResolver) startLookup(ctx context.Context, tenant string, now time.Time) *flight {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A lookup may have finished since the caller missed the cache.
+	if v, ok := c.entries.Load(tenant); ok && now.Before(v.(cachedPlan).expires) {
+		return &flight{done: closed, plan: v.(cachedPlan).plan}
+	}
 	f, inFlight := c.flights[tenant]
 	if !inFlight {
 		f = &flight{done: make(chan struct{})}
