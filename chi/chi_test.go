@@ -7,14 +7,12 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
 	tollgatechi "github.com/tollgate-go/tollgate/chi"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/memory"
 )
 
 func ok(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }
@@ -77,41 +75,10 @@ func TestConformanceUse(t *testing.T) {
 	})
 }
 
-// events collects throttle events.
-type events struct {
-	mu sync.Mutex
-	es []tollgate.ThrottleEvent
-}
-
-func (e *events) record(_ context.Context, ev tollgate.ThrottleEvent) {
-	e.mu.Lock()
-	e.es = append(e.es, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) last(t *testing.T) tollgate.ThrottleEvent {
-	t.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.es) == 0 {
-		t.Fatal("no throttle event")
-	}
-	return e.es[len(e.es)-1]
-}
-
 // newLimiter returns a limiter of burst requests per tenant, refilled at one
 // a minute, that records its throttle events.
-func newLimiter(t *testing.T, burst int64) (*tollgate.Limiter, *events) {
-	t.Helper()
-	ev := &events{}
-	store := memory.New()
-	t.Cleanup(func() { store.Close() })
-	l, err := tollgate.New(store,
-		tollgate.SinglePlan(tollgate.Plan{Name: "test", Limit: tollgate.PerMinute(1, burst)}),
-		tollgate.WithLogger(nil), tollgate.WithOnThrottle(ev.record))
-	if err != nil {
-		t.Fatal(err)
-	}
+func newLimiter(t *testing.T, burst int64) (*tollgate.Limiter, *adaptertest.Events) {
+	l, ev, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(tollgate.Plan{Name: "test", Limit: tollgate.PerMinute(1, burst)}))
 	return l, ev
 }
 
@@ -174,7 +141,7 @@ func TestTenantFromContext(t *testing.T) {
 	// X-Tenant-ID is not the tenant here: spending another's budget with it
 	// must not work.
 	drain(t, 2, "GET", base+"/hello", "Authorization", "Bearer alice", "X-Tenant-ID", "bob")
-	if got := ev.last(t).Tenant; got != "tenant-of-alice" {
+	if got := ev.Last(t).Tenant; got != "tenant-of-alice" {
 		t.Errorf("event tenant %q, want tenant-of-alice", got)
 	}
 	if status, _ := get(t, "GET", base+"/hello", "Authorization", "Bearer bob"); status != http.StatusOK {
@@ -210,7 +177,7 @@ func TestTenantFromClientIP(t *testing.T) {
 			if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
 				t.Fatalf("4th request from the same peer with a new X-Forwarded-For: status %d, want 429", status)
 			}
-			if got := ev.last(t).Tenant; got != tc.want {
+			if got := ev.Last(t).Tenant; got != tc.want {
 				t.Errorf("tenant %q, want %q", got, tc.want)
 			}
 		})
@@ -225,12 +192,12 @@ func TestTenantFromClientIP(t *testing.T) {
 		// Behind a trusted proxy, each client has its own bucket; the
 		// proxy appended the client's address to what the client sent.
 		drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "1.1.1.1, 203.0.113.1")
-		if got := ev.last(t).Tenant; got != "203.0.113.1" {
+		if got := ev.Last(t).Tenant; got != "203.0.113.1" {
 			t.Errorf("tenant %q, want the rightmost untrusted hop 203.0.113.1", got)
 		}
 		drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.2")
 		drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "2001:db8:1:2::5")
-		if got := ev.last(t).Tenant; got != "2001:db8:1:2::/64" {
+		if got := ev.Last(t).Tenant; got != "2001:db8:1:2::/64" {
 			t.Errorf("IPv6 tenant %q, want its /64", got)
 		}
 	})
@@ -337,7 +304,7 @@ func TestRoutePatterns(t *testing.T) {
 			tc.register(r, tollgatechi.Middleware(l))
 			base := serve(t, r)
 			drain(t, 2, "GET", base+tc.path, "X-Tenant-ID", "acme")
-			e := ev.last(t)
+			e := ev.Last(t)
 			if e.Route != tc.want || e.Method != "GET" || e.Tenant != "acme" {
 				t.Errorf("event route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
 			}
@@ -367,7 +334,7 @@ func TestPerRouteCost(t *testing.T) {
 			t.Fatalf("report %d: status %d, want %d", i+1, status, want)
 		}
 	}
-	e := ev.last(t)
+	e := ev.Last(t)
 	if e.Cost != 10 || e.Route != "/api/reports" || e.Method != "POST" {
 		t.Errorf("event cost %d route %q method %q, want 10 /api/reports POST", e.Cost, e.Route, e.Method)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/memory"
 	tollgatefiber "github.com/tollgate-go/tollgate/fiber"
 )
 
@@ -97,49 +96,14 @@ func TestConformanceUse(t *testing.T) {
 	})
 }
 
-// events collects throttle events.
-type events struct {
-	mu sync.Mutex
-	es []tollgate.ThrottleEvent
-}
-
-func (e *events) record(_ context.Context, ev tollgate.ThrottleEvent) {
-	e.mu.Lock()
-	e.es = append(e.es, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) all() []tollgate.ThrottleEvent {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]tollgate.ThrottleEvent(nil), e.es...)
-}
-
-func (e *events) last(t *testing.T) tollgate.ThrottleEvent {
-	t.Helper()
-	es := e.all()
-	if len(es) == 0 {
-		t.Fatal("no throttle event")
-	}
-	return es[len(es)-1]
-}
-
 // newLimiter returns a limiter of burst requests per tenant, refilled at one
 // a minute, that records its throttle events.
-func newLimiter(t *testing.T, burst int64, opts ...tollgate.Option) (*tollgate.Limiter, *events) {
+func newLimiter(t *testing.T, burst int64, opts ...tollgate.Option) (*tollgate.Limiter, *adaptertest.Events) {
 	return newLimiterWith(t, tollgate.SinglePlan(tollgate.Plan{Name: "test", Limit: tollgate.PerMinute(1, burst)}), opts...)
 }
 
-func newLimiterWith(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.Option) (*tollgate.Limiter, *events) {
-	t.Helper()
-	ev := &events{}
-	store := memory.New()
-	t.Cleanup(func() { store.Close() })
-	opts = append([]tollgate.Option{tollgate.WithLogger(nil), tollgate.WithOnThrottle(ev.record)}, opts...)
-	l, err := tollgate.New(store, plans, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+func newLimiterWith(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.Option) (*tollgate.Limiter, *adaptertest.Events) {
+	l, ev, _ := adaptertest.NewLimiter(t, plans, opts...)
 	return l, ev
 }
 
@@ -201,7 +165,7 @@ func TestTenantFromLocals(t *testing.T) {
 	// X-Tenant-ID is not the tenant here: spending another's budget with
 	// it must not work.
 	drain(t, 2, "GET", base+"/hello", "Authorization", "Bearer alice", "X-Tenant-ID", "bob")
-	if got := ev.last(t).Tenant; got != "alice" {
+	if got := ev.Last(t).Tenant; got != "alice" {
 		t.Errorf("event tenant %q, want alice", got)
 	}
 	if status, _ := get(t, "GET", base+"/hello", "Authorization", "Bearer bob"); status != http.StatusOK {
@@ -254,7 +218,7 @@ func TestKeptStringsSurvive(t *testing.T) {
 			for range 20 {
 				get(t, "PURGE", base+"/hello", tc.header, tc.value("tenant-zzzz"))
 			}
-			es := ev.all()
+			es := ev.All()
 			if len(es) < len(tenants) {
 				t.Fatalf("%d events, want at least %d", len(es), len(tenants))
 			}
@@ -298,7 +262,7 @@ func TestTenantFromIP(t *testing.T) {
 			if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
 				t.Fatalf("4th request from the same peer: status %d, want 429", status)
 			}
-			if got := ev.last(t).Tenant; got != tc.want {
+			if got := ev.Last(t).Tenant; got != tc.want {
 				t.Errorf("tenant %q, want %q", got, tc.want)
 			}
 		})
@@ -314,11 +278,11 @@ func TestTenantFromIP(t *testing.T) {
 		app.Get("/hello", ok)
 		base := serve(t, app)
 		drain(t, 1, "GET", base+"/hello", "X-Real-IP", "203.0.113.1")
-		if got := ev.last(t).Tenant; got != "203.0.113.1" {
+		if got := ev.Last(t).Tenant; got != "203.0.113.1" {
 			t.Errorf("tenant %q, want 203.0.113.1", got)
 		}
 		drain(t, 1, "GET", base+"/hello", "X-Real-IP", "2001:db8:1:2::5")
-		if got := ev.last(t).Tenant; got != "2001:db8:1:2::/64" {
+		if got := ev.Last(t).Tenant; got != "2001:db8:1:2::/64" {
 			t.Errorf("IPv6 tenant %q, want its /64", got)
 		}
 	})
@@ -340,7 +304,7 @@ func TestTenantFromClientIP(t *testing.T) {
 		if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
 			t.Fatalf("4th request from the same peer: status %d, want 429", status)
 		}
-		if got := ev.last(t).Tenant; got != "127.0.0.1" {
+		if got := ev.Last(t).Tenant; got != "127.0.0.1" {
 			t.Errorf("tenant %q, want 127.0.0.1", got)
 		}
 	})
@@ -354,15 +318,15 @@ func TestTenantFromClientIP(t *testing.T) {
 		// The proxy appended the client's address to what the client
 		// sent: the rightmost untrusted hop is the client.
 		drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "1.1.1.1, 203.0.113.1")
-		if got := ev.last(t).Tenant; got != "203.0.113.1" {
+		if got := ev.Last(t).Tenant; got != "203.0.113.1" {
 			t.Errorf("tenant %q, want 203.0.113.1", got)
 		}
 		drain(t, 1, "GET", base+"/hello", "X-Real-IP", "203.0.113.2")
-		if got := ev.last(t).Tenant; got != "203.0.113.2" {
+		if got := ev.Last(t).Tenant; got != "203.0.113.2" {
 			t.Errorf("tenant %q from X-Real-IP, want 203.0.113.2", got)
 		}
 		drain(t, 1, "GET", base+"/hello")
-		if got := ev.last(t).Tenant; got != "127.0.0.1" {
+		if got := ev.Last(t).Tenant; got != "127.0.0.1" {
 			t.Errorf("tenant %q without forwarding headers, want the proxy 127.0.0.1", got)
 		}
 	})
@@ -412,7 +376,7 @@ func TestRegistration(t *testing.T) {
 			tc.register(app, tollgatefiber.New(tollgatefiber.Config{Limiter: l}))
 			base := serve(t, app)
 			drain(t, 2, "GET", base+tc.path, "X-Tenant-ID", "acme")
-			e := ev.last(t)
+			e := ev.Last(t)
 			if e.Route != tc.want || e.Method != "GET" || e.Tenant != "acme" {
 				t.Errorf("event route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
 			}
@@ -438,7 +402,7 @@ func TestPerRouteCost(t *testing.T) {
 			t.Fatalf("report %d: status %d, want %d", i+1, status, want)
 		}
 	}
-	e := ev.last(t)
+	e := ev.Last(t)
 	if e.Cost != 10 || e.Route != "/api/reports" || e.Method != "POST" {
 		t.Errorf("event cost %d route %q method %q, want 10 /api/reports POST", e.Cost, e.Route, e.Method)
 	}

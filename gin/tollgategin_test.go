@@ -1,21 +1,17 @@
 package tollgategin_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/memory"
-	"github.com/tollgate-go/tollgate/core/storetest"
 	tollgategin "github.com/tollgate-go/tollgate/gin"
 )
 
@@ -49,36 +45,12 @@ func TestConformance(t *testing.T) {
 
 // newLimiter returns a Limiter over plan for every tenant, on a stopped
 // clock, that records the throttle events it reports.
-func newLimiter(t *testing.T, plan tollgate.Plan) (*tollgate.Limiter, *events) {
-	t.Helper()
-	clock := storetest.NewClock()
-	ev := &events{}
-	l, err := tollgate.New(memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0)), tollgate.SinglePlan(plan),
-		tollgate.WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(ev.add))
-	if err != nil {
-		t.Fatal(err)
-	}
+func newLimiter(t *testing.T, plan tollgate.Plan) (*tollgate.Limiter, *adaptertest.Events) {
+	l, ev, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(plan))
 	return l, ev
 }
 
 var three = tollgate.Plan{Name: "three", Limit: tollgate.Limit{Rate: 1, Burst: 3}}
-
-type events struct {
-	mu   sync.Mutex
-	list []tollgate.ThrottleEvent
-}
-
-func (e *events) add(_ context.Context, ev tollgate.ThrottleEvent) {
-	e.mu.Lock()
-	e.list = append(e.list, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) all() []tollgate.ThrottleEvent {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]tollgate.ThrottleEvent(nil), e.list...)
-}
 
 // serve sends one request through h in process; setup may change it first.
 func serve(h http.Handler, method, target string, setup func(*http.Request)) *httptest.ResponseRecorder {
@@ -326,7 +298,7 @@ func TestDenialBodyAndEvent(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || body.Error != tollgate.CodeRateLimited || body.RetryAfter != 1 {
 		t.Errorf("body %q (%v), want rate_limited with retry_after 1", w.Body, err)
 	}
-	got := ev.all()
+	got := ev.All()
 	if len(got) != 1 || got[0].Route != "/items/:id" || got[0].Method != "GET" || got[0].Tenant != "acme" {
 		t.Errorf("throttle events %+v, want one for GET /items/:id of acme", got)
 	}
