@@ -82,15 +82,22 @@ func ParsePrefixes(cidrs ...string) ([]netip.Prefix, error) {
 // proxies, so a client can not pick its own address by sending the headers.
 // It returns the zero Addr when no address can be read.
 func ClientIP(r *http.Request, trustedProxies []netip.Prefix) netip.Addr {
-	peer := parseHostAddr(r.RemoteAddr)
+	return ForwardedClientIP(parseHostAddr(r.RemoteAddr), r.Header["X-Forwarded-For"], r.Header.Get("X-Real-Ip"), trustedProxies)
+}
+
+// ForwardedClientIP is ClientIP for frameworks that do not use net/http
+// requests: peer is the TCP peer's address, forwardedFor the values of the
+// X-Forwarded-For headers in order, and realIP the X-Real-IP header.
+func ForwardedClientIP(peer netip.Addr, forwardedFor []string, realIP string, trustedProxies []netip.Prefix) netip.Addr {
+	peer = peer.Unmap().WithZone("")
 	if !peer.IsValid() || !trusted(peer, trustedProxies) {
 		return peer
 	}
 	client := peer
-	if fwd := r.Header["X-Forwarded-For"]; len(fwd) > 0 {
+	if len(forwardedFor) > 0 {
 		// Several headers are one list, in order.
-		for i := len(fwd) - 1; i >= 0; i-- {
-			hops := fwd[i]
+		for i := len(forwardedFor) - 1; i >= 0; i-- {
+			hops := forwardedFor[i]
 			for hops != "" {
 				var hop string
 				if j := strings.LastIndexByte(hops, ','); j >= 0 {
@@ -112,8 +119,8 @@ func ClientIP(r *http.Request, trustedProxies []netip.Prefix) netip.Addr {
 		}
 		return client
 	}
-	if real := r.Header.Get("X-Real-Ip"); real != "" {
-		if a := parseHostAddr(strings.TrimSpace(real)); a.IsValid() {
+	if realIP != "" {
+		if a := parseHostAddr(strings.TrimSpace(realIP)); a.IsValid() {
 			return a
 		}
 	}

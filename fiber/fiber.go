@@ -206,36 +206,13 @@ func TenantFromIP() func(c *fiber.Ctx) string {
 // It ignores the app's ProxyHeader settings.
 func TenantFromClientIP(trustedProxies ...netip.Prefix) func(c *fiber.Ctx) string {
 	return func(c *fiber.Ctx) string {
-		peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
-		if !ok {
-			return ""
+		peer, _ := netip.AddrFromSlice(c.Context().RemoteIP())
+		var fwd []string
+		for _, v := range c.Request().Header.PeekAll(fiber.HeaderXForwardedFor) {
+			fwd = append(fwd, utils.UnsafeString(v))
 		}
-		peer = peer.Unmap()
-		behindProxy := false
-		for _, p := range trustedProxies {
-			if p.Contains(peer) {
-				behindProxy = true
-				break
-			}
-		}
-		if !behindProxy {
-			return tollgate.IPKey(peer)
-		}
-		// tollgate.ClientIP reads the forwarding headers of a net/http
-		// request; only the peer and those headers are needed.
-		h := c.Request().Header.PeekAll(fiber.HeaderXForwardedFor)
-		r := http.Request{RemoteAddr: peer.String(), Header: make(http.Header, 2)}
-		if len(h) > 0 {
-			fwd := make([]string, len(h))
-			for i, v := range h {
-				fwd[i] = utils.UnsafeString(v)
-			}
-			r.Header[fiber.HeaderXForwardedFor] = fwd
-		}
-		if v := c.Request().Header.Peek("X-Real-Ip"); len(v) > 0 {
-			r.Header["X-Real-Ip"] = []string{utils.UnsafeString(v)}
-		}
-		if ip := tollgate.ClientIP(&r, trustedProxies); ip.IsValid() {
+		realIP := utils.UnsafeString(c.Request().Header.Peek("X-Real-Ip"))
+		if ip := tollgate.ForwardedClientIP(peer, fwd, realIP, trustedProxies); ip.IsValid() {
 			return tollgate.IPKey(ip)
 		}
 		return ""
