@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -99,7 +98,7 @@ func BenchmarkAdapter(b *testing.B) {
 				reqs[i] = httptest.NewRequest("GET", "/api/hello", nil)
 				reqs[i].Header.Set("X-Tenant-ID", t)
 			}
-			w := &chiFiberWriter{header: make(http.Header)}
+			w := &discardWriter{header: make(http.Header)}
 			serve := func(i int) {
 				clear(w.header)
 				w.status = 0
@@ -116,7 +115,7 @@ func BenchmarkAdapter(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := chiFiberCPUTime()
+			cpu := cpuTime()
 			i := 0
 			for range b.N {
 				serve(i)
@@ -124,7 +123,7 @@ func BenchmarkAdapter(b *testing.B) {
 					i = 0
 				}
 			}
-			chiFiberReportCPU(b, cpu)
+			reportCPU(b, cpu)
 		})
 	}
 
@@ -174,7 +173,7 @@ func BenchmarkAdapter(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := chiFiberCPUTime()
+			cpu := cpuTime()
 			i := 0
 			for range b.N {
 				serve(i)
@@ -182,44 +181,7 @@ func BenchmarkAdapter(b *testing.B) {
 					i = 0
 				}
 			}
-			chiFiberReportCPU(b, cpu)
+			reportCPU(b, cpu)
 		})
 	}
-}
-
-// chiFiberWriter is a reusable http.ResponseWriter that keeps the status and
-// headers and drops the body.
-type chiFiberWriter struct {
-	header http.Header
-	status int
-}
-
-func (w *chiFiberWriter) Header() http.Header { return w.header }
-
-func (w *chiFiberWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-}
-
-func (w *chiFiberWriter) Write(p []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	return len(p), nil
-}
-
-// chiFiberCPUTime returns the CPU time the process has used, in user and
-// system mode, over all its threads.
-func chiFiberCPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// chiFiberReportCPU stops b's timer and reports the CPU time used since start
-// per iteration as cpu-ns/op.
-func chiFiberReportCPU(b *testing.B, start time.Duration) {
-	b.StopTimer()
-	b.ReportMetric(float64(chiFiberCPUTime()-start)/float64(b.N), "cpu-ns/op")
 }

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,7 +133,7 @@ func BenchmarkAdapterGinEcho(b *testing.B) {
 // fails unless every answer is 200 and, if headers is set, carries the
 // rate-limit headers.
 func runAdapterGinEcho(b *testing.B, h http.Handler, reqs []*http.Request, headers bool) {
-	w := &ginEchoWriter{header: make(http.Header)}
+	w := &discardWriter{header: make(http.Header)}
 	serve := func(i int) {
 		clear(w.header)
 		w.status = 0
@@ -151,7 +150,7 @@ func runAdapterGinEcho(b *testing.B, h http.Handler, reqs []*http.Request, heade
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := ginEchoCPUTime()
+	cpu0 := cpuTime()
 	i := 0
 	for range b.N {
 		serve(i)
@@ -159,37 +158,5 @@ func runAdapterGinEcho(b *testing.B, h http.Handler, reqs []*http.Request, heade
 			i = 0
 		}
 	}
-	b.StopTimer()
-	// CPU time, unlike ns/op, hardly moves when other processes share the
-	// machine; it includes the garbage collector's work on other threads.
-	b.ReportMetric(float64(ginEchoCPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
-}
-
-// ginEchoCPUTime returns the user and system CPU time this process has used.
-func ginEchoCPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// ginEchoWriter is a reusable http.ResponseWriter that keeps the status and
-// headers and drops the body.
-type ginEchoWriter struct {
-	header http.Header
-	status int
-}
-
-func (w *ginEchoWriter) Header() http.Header { return w.header }
-
-func (w *ginEchoWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-}
-
-func (w *ginEchoWriter) Write(p []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	return len(p), nil
+	reportCPU(b, cpu0)
 }

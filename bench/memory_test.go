@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -240,14 +239,14 @@ func BenchmarkMemory(b *testing.B) {
 			denied := 0
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := memoryCPUTime()
+			cpu := cpuTime()
 			for range b.N {
 				if !take(key) {
 					denied++
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(memoryCPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 			if denied > 0 {
 				b.Fatalf("%d of %d requests denied; the limit must allow all", denied, b.N)
 			}
@@ -282,7 +281,7 @@ func memParallel(b *testing.B, take memTakeFunc, keys []string) {
 	var denied atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := memoryCPUTime()
+	cpu := cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		i, n := rand.IntN(len(keys)), 0
 		for pb.Next() {
@@ -296,7 +295,7 @@ func memParallel(b *testing.B, take memTakeFunc, keys []string) {
 		denied.Add(int64(n))
 	})
 	b.StopTimer()
-	b.ReportMetric(float64(memoryCPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 	// The limit allows every request, so a denial is the library giving up
 	// under contention (throttled's memstore does, now and then, when its
 	// compare-and-swap keeps losing). Report it rather than abort the run;
@@ -306,16 +305,6 @@ func memParallel(b *testing.B, take memTakeFunc, keys []string) {
 	if d*1000 > int64(b.N) {
 		b.Fatalf("%d of %d requests denied; the limit must allow all", d, b.N)
 	}
-}
-
-// memoryCPUTime returns the CPU time, user and system, that the process has
-// used so far, all threads together.
-func memoryCPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // memHeapKeys is the number of distinct keys BenchmarkMemoryHeap tracks.

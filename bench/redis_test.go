@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -160,18 +159,9 @@ func benchPrefix(name string) string {
 func reportRate(b *testing.B, cpu0 time.Duration) {
 	b.StopTimer()
 	if cpu0 >= 0 {
-		b.ReportMetric(float64(redisCPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-}
-
-// redisCPUTime returns the CPU time the process has used so far.
-func redisCPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func BenchmarkRedis(b *testing.B) {
@@ -189,7 +179,7 @@ func BenchmarkRedis(b *testing.B) {
 			var failed atomic.Int64
 			b.SetParallelism(64) // 128 callers on 2 CPUs
 			b.ResetTimer()
-			cpu0 := redisCPUTime()
+			cpu0 := cpuTime()
 			b.RunParallel(func(pb *testing.PB) {
 				i := rand.IntN(len(tenants))
 				for pb.Next() {
@@ -213,7 +203,7 @@ func BenchmarkRedis(b *testing.B) {
 			var allowed, failed atomic.Int64
 			b.SetParallelism(64)
 			b.ResetTimer()
-			cpu0 := redisCPUTime()
+			cpu0 := cpuTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					ok, err := take(ctx, "flooding-tenant")
