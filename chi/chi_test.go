@@ -2,7 +2,6 @@ package tollgatechi_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -82,39 +81,6 @@ func newLimiter(t *testing.T, burst int64) (*tollgate.Limiter, *adaptertest.Even
 	return l, ev
 }
 
-func get(t *testing.T, method, url string, header ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
-// drain makes burst+1 requests and checks that only the last is denied.
-func drain(t *testing.T, burst int, method, url string, header ...string) {
-	t.Helper()
-	for i := 0; i <= burst; i++ {
-		status, body := get(t, method, url, header...)
-		want := http.StatusOK
-		if i == burst {
-			want = http.StatusTooManyRequests
-		}
-		if status != want {
-			t.Fatalf("%s %s request %d: status %d, want %d (body %q)", method, url, i+1, status, want, body)
-		}
-	}
-}
-
 type principalKey struct{}
 
 // auth stands in for an application's authentication middleware.
@@ -140,14 +106,14 @@ func TestTenantFromContext(t *testing.T) {
 
 	// X-Tenant-ID is not the tenant here: spending another's budget with it
 	// must not work.
-	drain(t, 2, "GET", base+"/hello", "Authorization", "Bearer alice", "X-Tenant-ID", "bob")
+	adaptertest.Drain(t, 2, "GET", base+"/hello", "Authorization", "Bearer alice", "X-Tenant-ID", "bob")
 	if got := ev.Last(t).Tenant; got != "tenant-of-alice" {
 		t.Errorf("event tenant %q, want tenant-of-alice", got)
 	}
-	if status, _ := get(t, "GET", base+"/hello", "Authorization", "Bearer bob"); status != http.StatusOK {
+	if status, _ := adaptertest.Get(t, "GET", base+"/hello", "Authorization", "Bearer bob"); status != http.StatusOK {
 		t.Errorf("bob: status %d, want 200 (a bucket of his own)", status)
 	}
-	if status, body := get(t, "GET", base+"/hello"); status != http.StatusUnauthorized || !strings.Contains(body, tollgate.CodeMissingTenant) {
+	if status, body := adaptertest.Get(t, "GET", base+"/hello"); status != http.StatusUnauthorized || !strings.Contains(body, tollgate.CodeMissingTenant) {
 		t.Errorf("unauthenticated: status %d body %q, want 401 missing_tenant", status, body)
 	}
 }
@@ -170,11 +136,11 @@ func TestTenantFromClientIP(t *testing.T) {
 			r.Get("/hello", ok)
 			base := serve(t, r)
 			for i, spoof := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3, 198.51.100.1"} {
-				if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", spoof, "X-Real-IP", spoof); status != http.StatusOK {
+				if status, _ := adaptertest.Get(t, "GET", base+"/hello", "X-Forwarded-For", spoof, "X-Real-IP", spoof); status != http.StatusOK {
 					t.Fatalf("request %d: status %d, want 200", i+1, status)
 				}
 			}
-			if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
+			if status, _ := adaptertest.Get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
 				t.Fatalf("4th request from the same peer with a new X-Forwarded-For: status %d, want 429", status)
 			}
 			if got := ev.Last(t).Tenant; got != tc.want {
@@ -191,12 +157,12 @@ func TestTenantFromClientIP(t *testing.T) {
 		base := serve(t, r)
 		// Behind a trusted proxy, each client has its own bucket; the
 		// proxy appended the client's address to what the client sent.
-		drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "1.1.1.1, 203.0.113.1")
+		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "1.1.1.1, 203.0.113.1")
 		if got := ev.Last(t).Tenant; got != "203.0.113.1" {
 			t.Errorf("tenant %q, want the rightmost untrusted hop 203.0.113.1", got)
 		}
-		drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.2")
-		drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "2001:db8:1:2::5")
+		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.2")
+		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "2001:db8:1:2::5")
 		if got := ev.Last(t).Tenant; got != "2001:db8:1:2::/64" {
 			t.Errorf("IPv6 tenant %q, want its /64", got)
 		}
@@ -303,14 +269,14 @@ func TestRoutePatterns(t *testing.T) {
 			r.NotFound(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
 			tc.register(r, tollgatechi.Middleware(l))
 			base := serve(t, r)
-			drain(t, 2, "GET", base+tc.path, "X-Tenant-ID", "acme")
+			adaptertest.Drain(t, 2, "GET", base+tc.path, "X-Tenant-ID", "acme")
 			e := ev.Last(t)
 			if e.Route != tc.want || e.Method != "GET" || e.Tenant != "acme" {
 				t.Errorf("event route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
 			}
 			if tc.free != "" {
 				for i := 0; i < 5; i++ {
-					if status, _ := get(t, "GET", base+tc.free, "X-Tenant-ID", "acme"); status != http.StatusOK {
+					if status, _ := adaptertest.Get(t, "GET", base+tc.free, "X-Tenant-ID", "acme"); status != http.StatusOK {
 						t.Fatalf("%s is not limited, got status %d", tc.free, status)
 					}
 				}
@@ -330,7 +296,7 @@ func TestPerRouteCost(t *testing.T) {
 	base := serve(t, r)
 	// Both middlewares take from the same bucket: a report costs 1 + 10.
 	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
-		if status, _ := get(t, "POST", base+"/api/reports", "X-Tenant-ID", "acme"); status != want {
+		if status, _ := adaptertest.Get(t, "POST", base+"/api/reports", "X-Tenant-ID", "acme"); status != want {
 			t.Fatalf("report %d: status %d, want %d", i+1, status, want)
 		}
 	}
@@ -340,7 +306,7 @@ func TestPerRouteCost(t *testing.T) {
 	}
 	// 2 of 25 tokens are left (the outer middleware took one for the
 	// denied report before the inner one denied it): two cheap requests.
-	drain(t, 2, "GET", base+"/api/hello", "X-Tenant-ID", "acme")
+	adaptertest.Drain(t, 2, "GET", base+"/api/hello", "X-Tenant-ID", "acme")
 }
 
 func TestNilLimiter(t *testing.T) {
@@ -348,7 +314,7 @@ func TestNilLimiter(t *testing.T) {
 	r.Use(tollgatechi.Middleware(nil))
 	r.Get("/hello", ok)
 	base := serve(t, r)
-	status, body := get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
+	status, body := adaptertest.Get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
 	if status != http.StatusInternalServerError || !strings.Contains(body, tollgate.CodeInternalError) {
 		t.Errorf("status %d body %q, want 500 internal_error", status, body)
 	}

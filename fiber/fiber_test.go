@@ -2,7 +2,6 @@ package tollgatefiber_test
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -109,39 +108,6 @@ func newLimiterWith(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.
 
 var client = &http.Client{Timeout: 10 * time.Second}
 
-func get(t *testing.T, method, url string, header ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
-// drain makes burst+1 requests and checks that only the last is denied.
-func drain(t *testing.T, burst int, method, url string, header ...string) {
-	t.Helper()
-	for i := 0; i <= burst; i++ {
-		status, body := get(t, method, url, header...)
-		want := http.StatusOK
-		if i == burst {
-			want = http.StatusTooManyRequests
-		}
-		if status != want {
-			t.Fatalf("%s %s request %d: status %d, want %d (body %q)", method, url, i+1, status, want, body)
-		}
-	}
-}
-
 type principalKey struct{}
 
 // auth stands in for an application's authentication middleware. It keeps
@@ -164,14 +130,14 @@ func TestTenantFromLocals(t *testing.T) {
 
 	// X-Tenant-ID is not the tenant here: spending another's budget with
 	// it must not work.
-	drain(t, 2, "GET", base+"/hello", "Authorization", "Bearer alice", "X-Tenant-ID", "bob")
+	adaptertest.Drain(t, 2, "GET", base+"/hello", "Authorization", "Bearer alice", "X-Tenant-ID", "bob")
 	if got := ev.Last(t).Tenant; got != "alice" {
 		t.Errorf("event tenant %q, want alice", got)
 	}
-	if status, _ := get(t, "GET", base+"/hello", "Authorization", "Bearer bob"); status != http.StatusOK {
+	if status, _ := adaptertest.Get(t, "GET", base+"/hello", "Authorization", "Bearer bob"); status != http.StatusOK {
 		t.Errorf("bob: status %d, want 200 (a bucket of his own)", status)
 	}
-	if status, body := get(t, "GET", base+"/hello"); status != http.StatusUnauthorized || !strings.Contains(body, tollgate.CodeMissingTenant) {
+	if status, body := adaptertest.Get(t, "GET", base+"/hello"); status != http.StatusUnauthorized || !strings.Contains(body, tollgate.CodeMissingTenant) {
 		t.Errorf("unauthenticated: status %d body %q, want 401 missing_tenant", status, body)
 	}
 }
@@ -211,12 +177,12 @@ func TestKeptStringsSurvive(t *testing.T) {
 
 			tenants := []string{"tenant-aaaa", "tenant-bbbb", "tenant-cccc", "tenant-dddd"}
 			for _, tenant := range tenants {
-				drain(t, 1, "PURGE", base+"/hello", tc.header, tc.value(tenant))
+				adaptertest.Drain(t, 1, "PURGE", base+"/hello", tc.header, tc.value(tenant))
 			}
 			// Overwrite the buffers once more with requests of the same
 			// shape and length.
 			for range 20 {
-				get(t, "PURGE", base+"/hello", tc.header, tc.value("tenant-zzzz"))
+				adaptertest.Get(t, "PURGE", base+"/hello", tc.header, tc.value("tenant-zzzz"))
 			}
 			es := ev.All()
 			if len(es) < len(tenants) {
@@ -255,11 +221,11 @@ func TestTenantFromIP(t *testing.T) {
 			app.Get("/hello", ok)
 			base := serve(t, app)
 			for i, spoof := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"} {
-				if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", spoof); status != http.StatusOK {
+				if status, _ := adaptertest.Get(t, "GET", base+"/hello", "X-Forwarded-For", spoof); status != http.StatusOK {
 					t.Fatalf("request %d: status %d, want 200", i+1, status)
 				}
 			}
-			if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
+			if status, _ := adaptertest.Get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
 				t.Fatalf("4th request from the same peer: status %d, want 429", status)
 			}
 			if got := ev.Last(t).Tenant; got != tc.want {
@@ -277,11 +243,11 @@ func TestTenantFromIP(t *testing.T) {
 		app.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: l, Tenant: tollgatefiber.TenantFromIP()}))
 		app.Get("/hello", ok)
 		base := serve(t, app)
-		drain(t, 1, "GET", base+"/hello", "X-Real-IP", "203.0.113.1")
+		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Real-IP", "203.0.113.1")
 		if got := ev.Last(t).Tenant; got != "203.0.113.1" {
 			t.Errorf("tenant %q, want 203.0.113.1", got)
 		}
-		drain(t, 1, "GET", base+"/hello", "X-Real-IP", "2001:db8:1:2::5")
+		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Real-IP", "2001:db8:1:2::5")
 		if got := ev.Last(t).Tenant; got != "2001:db8:1:2::/64" {
 			t.Errorf("IPv6 tenant %q, want its /64", got)
 		}
@@ -297,11 +263,11 @@ func TestTenantFromClientIP(t *testing.T) {
 		app.Get("/hello", ok)
 		base := serve(t, app)
 		for i, spoof := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"} {
-			if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", spoof, "X-Real-IP", spoof); status != http.StatusOK {
+			if status, _ := adaptertest.Get(t, "GET", base+"/hello", "X-Forwarded-For", spoof, "X-Real-IP", spoof); status != http.StatusOK {
 				t.Fatalf("request %d: status %d, want 200", i+1, status)
 			}
 		}
-		if status, _ := get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
+		if status, _ := adaptertest.Get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
 			t.Fatalf("4th request from the same peer: status %d, want 429", status)
 		}
 		if got := ev.Last(t).Tenant; got != "127.0.0.1" {
@@ -317,15 +283,15 @@ func TestTenantFromClientIP(t *testing.T) {
 		base := serve(t, app)
 		// The proxy appended the client's address to what the client
 		// sent: the rightmost untrusted hop is the client.
-		drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "1.1.1.1, 203.0.113.1")
+		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "1.1.1.1, 203.0.113.1")
 		if got := ev.Last(t).Tenant; got != "203.0.113.1" {
 			t.Errorf("tenant %q, want 203.0.113.1", got)
 		}
-		drain(t, 1, "GET", base+"/hello", "X-Real-IP", "203.0.113.2")
+		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Real-IP", "203.0.113.2")
 		if got := ev.Last(t).Tenant; got != "203.0.113.2" {
 			t.Errorf("tenant %q from X-Real-IP, want 203.0.113.2", got)
 		}
-		drain(t, 1, "GET", base+"/hello")
+		adaptertest.Drain(t, 1, "GET", base+"/hello")
 		if got := ev.Last(t).Tenant; got != "127.0.0.1" {
 			t.Errorf("tenant %q without forwarding headers, want the proxy 127.0.0.1", got)
 		}
@@ -375,14 +341,14 @@ func TestRegistration(t *testing.T) {
 			app := newApp()
 			tc.register(app, tollgatefiber.New(tollgatefiber.Config{Limiter: l}))
 			base := serve(t, app)
-			drain(t, 2, "GET", base+tc.path, "X-Tenant-ID", "acme")
+			adaptertest.Drain(t, 2, "GET", base+tc.path, "X-Tenant-ID", "acme")
 			e := ev.Last(t)
 			if e.Route != tc.want || e.Method != "GET" || e.Tenant != "acme" {
 				t.Errorf("event route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
 			}
 			if tc.free != "" {
 				for range 5 {
-					if status, _ := get(t, "GET", base+tc.free, "X-Tenant-ID", "acme"); status != http.StatusOK {
+					if status, _ := adaptertest.Get(t, "GET", base+tc.free, "X-Tenant-ID", "acme"); status != http.StatusOK {
 						t.Fatalf("%s is not limited, got status %d", tc.free, status)
 					}
 				}
@@ -398,7 +364,7 @@ func TestPerRouteCost(t *testing.T) {
 	app.Post("/api/reports", tollgatefiber.New(tollgatefiber.Config{Limiter: l, Cost: 10}), ok)
 	base := serve(t, app)
 	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
-		if status, _ := get(t, "POST", base+"/api/reports", "X-Tenant-ID", "acme"); status != want {
+		if status, _ := adaptertest.Get(t, "POST", base+"/api/reports", "X-Tenant-ID", "acme"); status != want {
 			t.Fatalf("report %d: status %d, want %d", i+1, status, want)
 		}
 	}
@@ -406,7 +372,7 @@ func TestPerRouteCost(t *testing.T) {
 	if e.Cost != 10 || e.Route != "/api/reports" || e.Method != "POST" {
 		t.Errorf("event cost %d route %q method %q, want 10 /api/reports POST", e.Cost, e.Route, e.Method)
 	}
-	drain(t, 5, "GET", base+"/api/hello", "X-Tenant-ID", "acme")
+	adaptertest.Drain(t, 5, "GET", base+"/api/hello", "X-Tenant-ID", "acme")
 }
 
 func TestMissingTenantHandler(t *testing.T) {
@@ -418,7 +384,7 @@ func TestMissingTenantHandler(t *testing.T) {
 	app.Get("/hello", ok)
 	base := serve(t, app)
 	for range 3 {
-		if status, _ := get(t, "GET", base+"/hello"); status != http.StatusOK {
+		if status, _ := adaptertest.Get(t, "GET", base+"/hello"); status != http.StatusOK {
 			t.Fatalf("anonymous request: status %d, want 200", status)
 		}
 	}
@@ -446,7 +412,7 @@ func TestUserContext(t *testing.T) {
 	app.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: l}))
 	app.Get("/hello", ok)
 	base := serve(t, app)
-	get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
+	adaptertest.Get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(seen) != 1 || seen[0] != "request-42" {
@@ -460,7 +426,7 @@ func TestNilLimiter(t *testing.T) {
 		app.Use(tollgatefiber.New(cfg...))
 		app.Get("/hello", ok)
 		base := serve(t, app)
-		status, body := get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
+		status, body := adaptertest.Get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
 		if status != http.StatusInternalServerError || !strings.Contains(body, tollgate.CodeInternalError) {
 			t.Errorf("status %d body %q, want 500 internal_error", status, body)
 		}

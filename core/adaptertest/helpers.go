@@ -2,6 +2,8 @@ package adaptertest
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"sync"
 	"testing"
 
@@ -56,4 +58,40 @@ func NewLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.Opti
 		t.Fatal(err)
 	}
 	return l, ev, clock
+}
+
+// Get sends one request over real HTTP, with header given as name, value
+// pairs, and returns the status and body.
+func Get(t *testing.T, method, url string, header ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// Drain makes burst+1 requests with Get and checks that only the last is
+// denied.
+func Drain(t *testing.T, burst int, method, url string, header ...string) {
+	t.Helper()
+	for i := 0; i <= burst; i++ {
+		status, body := Get(t, method, url, header...)
+		want := http.StatusOK
+		if i == burst {
+			want = http.StatusTooManyRequests
+		}
+		if status != want {
+			t.Fatalf("%s %s request %d: status %d, want %d (body %q)", method, url, i+1, status, want, body)
+		}
+	}
 }
