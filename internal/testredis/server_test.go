@@ -206,7 +206,7 @@ func TestExternalServerKeepsNoKeys(t *testing.T) {
 	if n := do(t, s.Addr(), "DBSIZE"); n != int64(0) {
 		t.Errorf("DBSIZE = %v after the run, want 0\n%s", n, out)
 	}
-	if !strings.Contains(out, "deleting 1 keys that outlived their test, such as "+root) {
+	if !strings.Contains(out, "deleting 1 keys that outlived their test, such as tollgate-test:") || !strings.Contains(out, ":late:b") {
 		t.Errorf("Run did not report the key it deleted:\n%s", out)
 	}
 }
