@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -19,7 +18,6 @@ func runConformance(t *testing.T, client redis.UniversalClient, opts ...redissto
 		o := append([]redisstore.Option{
 			redisstore.WithPrefix(prefix),
 			redisstore.WithTestClock(clock.Now),
-			redisstore.WithTimeout(5 * time.Second),
 		}, opts...)
 		s, err := redisstore.New(client, o...)
 		if err != nil {
