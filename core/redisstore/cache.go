@@ -179,7 +179,10 @@ func (c *denialCache) learn(s *Store, cl *call, now int64, v []int64, sent, recv
 	rules := make([]cachedRule, len(op.Rules))
 	q := 0
 	for i, rule := range op.Rules {
-		x, y := v[2+2*i], v[3+2*i]
+		x, y := v[1+i], int64(0)
+		if rule.IsQuota() {
+			x, y = x>>1, x&1
+		}
 		r := cachedRule{sub: rule.Sub, limit: rule.Limit, quota: rule.Quota}
 		if rule.IsQuota() {
 			b := cl.bounds[q]

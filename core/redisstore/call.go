@@ -90,7 +90,8 @@ func (c *call) prepareKeys(now time.Time) {
 			if i < len(op.Marks) {
 				start = op.Marks[i]
 			}
-			b = bounds{start, start, start}
+			_, end := r.Quota.Bounds(time.UnixMicro(start))
+			b = bounds{start, end.UnixMicro(), end.UnixMicro()}
 			k := quotaKey(c.tenant, r.Sub, start)
 			c.keys = append(c.keys, k, k)
 		} else {
@@ -106,25 +107,30 @@ func (c *call) prepareKeys(now time.Time) {
 func (c *call) appendScript(keys []string, args []any) ([]string, []any) {
 	op := c.op
 	keys = append(keys, c.keys...)
-	maxDelay := int64(0)
-	if op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect {
-		maxDelay = min(max(op.MaxDelay, 0), tollgate.MaxWindow).Microseconds()
+	header := int(op.Kind) + 8*len(op.Rules)
+	if op.MaxDelay > 0 && (op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect) {
+		args = append(args, header+4, min(op.MaxDelay, tollgate.MaxWindow).Microseconds())
+	} else {
+		args = append(args, header)
 	}
-	args = append(args, int(op.Kind), maxDelay, len(op.Rules))
+	cancel := op.Kind == tollgate.OpCancel
 	q := 0
 	for i, r := range op.Rules {
-		var mark int64
-		if op.Kind == tollgate.OpCancel && i < len(op.Marks) {
-			mark = op.Marks[i]
-		}
 		if !r.IsQuota() {
 			interval := r.Limit.TokenInterval()
-			args = append(args, ruleBucket, r.Limit.Burst*interval, op.Cost*interval, mark)
-			continue
+			args = append(args, r.Limit.Burst*interval, op.Cost*interval)
+		} else {
+			b := c.bounds[q]
+			q++
+			args = append(args, -r.Quota.Tokens, op.Cost, b.b0, b.b1, b.b2)
 		}
-		b := c.bounds[q]
-		q++
-		args = append(args, ruleQuota, r.Quota.Tokens, op.Cost, b.b0, b.b1, b.b2, mark)
+		if cancel {
+			var mark int64
+			if i < len(op.Marks) {
+				mark = op.Marks[i]
+			}
+			args = append(args, mark)
+		}
 	}
 	return keys, args
 }

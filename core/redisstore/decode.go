@@ -15,6 +15,9 @@ const codeClockOutside = -1000
 func (c *call) decode(now int64, v []int64) error {
 	op := c.op
 	code := v[0]
+	if code >= 0 {
+		code &= 3
+	}
 	if code < 0 {
 		if code <= codeClockOutside {
 			r := int(codeClockOutside - code)
@@ -39,7 +42,10 @@ func (c *call) decode(now int64, v []int64) error {
 	allowed := true
 	q := 0
 	for i, r := range op.Rules {
-		x, y := v[2+2*i], v[3+2*i]
+		x, y := v[1+i], int64(0)
+		if r.IsQuota() {
+			x, y = x>>1, x&1
+		}
 		var res tollgate.Result
 		var mark int64
 		if !r.IsQuota() {
@@ -72,7 +78,10 @@ func (c *call) decode(now int64, v []int64) error {
 				start, end = b.b1, b.b2
 			}
 			used := x
-			if op.Kind == tollgate.OpReset {
+			if op.Kind == tollgate.OpReset || op.Kind == tollgate.OpCancel && end <= now {
+				// After a reset, or once the period a cancelled
+				// reservation counted in has ended, a new period
+				// begins.
 				used = 0
 			}
 			left := max(end-now, 0)

@@ -17,39 +17,41 @@ import (
 // ARGV[1] is the time in microseconds, or "" for the server's TIME; ARGV[2]
 // the channel on which resets and cancels are announced, with the Op's first
 // key, so that every replica drops what its denial cache knows of the
-// tenant. Tests
-// pass their own clock, which does not run with the server's, so their keys
-// get ten more minutes to live lest they expire before the test's time has
-// reached the end of their TTL. Then, for each Op: its kind (0 take, 1
-// inspect, 2 reset, 3 cancel), its MaxDelay in microseconds and its number of
-// rules, and for each rule either
+// tenant. Tests pass their own clock, which does not run with the server's,
+// so their keys get ten more minutes to live lest they expire before the
+// test's time has reached the end of their TTL. Then, for each Op: a header,
+// kind + 8 x rules, where kind is 0 take, 1 inspect, 2 reset, 3 cancel, and
+// 4 more for a take or inspect with a MaxDelay (in microseconds, the next
+// argument); and for each rule either
 //
-//	1, tolerance, need, mark                 a token bucket: one key
-//	2, tokens, cost, b0, b1, b2, mark        a quota: two keys
+//	tolerance, need [, mark]               a token bucket: one key
+//	-tokens, cost, b0, b1, b2 [, mark]     a quota: two keys
 //
-// where tolerance is Burst x token interval and need is cost x token
-// interval, integers computed in Go, so the script only adds, subtracts and
-// compares integers below 2^53, which Lua's doubles hold exactly. A bucket's
-// key holds its theoretical arrival time (TAT) in microseconds since the
-// Unix epoch; a missing key is a full bucket. A quota's keys are those of the
-// periods [b0, b1) and [b1, b2), computed in Go around its own clock; the
-// period that holds the server's now is used, so boundaries are decided on
-// Redis's clock. A quota key holds the tokens used in its period and expires
-// when the period ends.
+// with the mark for a cancel only. tolerance is Burst x token interval and
+// need cost x token interval, integers computed in Go, so the script only
+// adds, subtracts and compares integers below 2^53, which Lua's doubles hold
+// exactly. A bucket's key holds its theoretical arrival time (TAT) in
+// microseconds since the Unix epoch; a missing key is a full bucket. A
+// quota's keys are those of the periods [b0, b1) and [b1, b2), computed in
+// Go around its own clock; the period that holds the server's now is used,
+// so boundaries are decided on Redis's clock. A quota key holds the tokens
+// used in its period and expires when the period ends.
 //
 // Keys are isolated: a key of another type fails its own Op only (nothing
 // written for that Op), and a string that is not a valid state (garbage, a
-// negative number, a TAT further ahead than any limit allows) is read as a
-// full bucket or an unused quota, repaired by the Op's writes, and reported.
+// negative number, a TAT further ahead than twice tollgate.MaxWindow) is
+// read as a full bucket or an unused quota, repaired by the Op's writes, and
+// reported.
 //
-// The reply is flat: the server's now, then for each Op a code (1 granted
-// and written, 0 denied or nothing to do, -r the key of rule r has another
-// type, -1000-r the clock is outside rule r's periods), a bit mask of the
-// rules whose state was repaired, and two numbers per rule: for a bucket rel,
-// how far its TAT was ahead of now (0 for a full bucket), and 0; for a quota
-// the tokens used in the period and which of the two periods (0 or 1). Take
-// and inspect report the state before the request, cancel the state after
-// it. A denied Op writes nothing.
+// The reply is flat: the server's now, then for each Op a code and one
+// number per rule. The code is 1 (granted and written) or 0 (denied, or
+// nothing to do) plus 4 x a bit mask of the rules whose state was repaired;
+// or -r when the key of rule r has another type, -1000-r when the clock is
+// outside rule r's periods. A bucket's number is rel, how far its TAT was
+// ahead of now (0 for a full bucket); a quota's is 2 x the tokens used in
+// the period + which of the two periods (0 or 1). Take and inspect report
+// the state before the request, cancel the state after it. A denied Op
+// writes nothing.
 //
 // TIME is non-deterministic, so the script must be replicated by its
 // effects; that is the only mode of Redis 7, and replicate_commands asks for
@@ -64,170 +66,181 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local maxAhead = 6307200000000000
-local out = {now}
 local channel = ARGV[2]
+local maxTAT = now + 6307200000000000
+local out = {now}
 local k, a, n = 1, 3, 1
+local typ, key, keyA, keyB, tol, need, mark, st, fix, endAt = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 
-local function readNumber(key, limit)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then return nil, false end
+local function read(rk, limit)
+  local v = redis.pcall('GET', rk)
   if not v then return 0, false end
+  if type(v) == 'table' then return nil, false end
   local x = tonumber(v)
   if not x or x ~= x or x < 0 or x > limit or x % 1 ~= 0 then return 0, true end
   return x, false
 end
 
-local function ttl(us)
-  return (us + 999 - math.fmod(us + 999, 1000)) / 1000 + 1 + slack
-end
-
 local nargs = #ARGV
 while a <= nargs do
-  local kind, maxDelay, nr = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  a = a + 3
+  local h = tonumber(ARGV[a])
+  local kind, maxDelay = h % 8, 0
+  local nr = (h - kind) / 8
+  a = a + 1
+  if kind >= 4 then
+    kind = kind - 4
+    maxDelay = tonumber(ARGV[a])
+    a = a + 1
+  end
   local base = n + 1
   local first = KEYS[k]
-  out[base], out[base + 1] = 1, 0
-  n = base + 1
+  n = base
   local code, repaired, bit = 1, 0, 1
   local allowed, act, anyBucket = true, 0, false
-  local rules = {}
   for r = 1, nr do
-    local typ = tonumber(ARGV[a])
-    local ru = {typ = typ}
-    if typ == 1 then
-      ru.tol, ru.need, ru.mark = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-      a = a + 4
-      ru.key = KEYS[k]
+    local tl = tonumber(ARGV[a])
+    fix[r] = false
+    if tl >= 0 then
+      typ[r] = 1
+      local nd, mk = tonumber(ARGV[a + 1]), 0
+      a = a + 2
+      if kind == 3 then
+        mk = tonumber(ARGV[a])
+        a = a + 1
+      end
+      local rk = KEYS[k]
       k = k + 1
-      local tat, bad = readNumber(ru.key, now + maxAhead)
+      local tat, bad = read(rk, maxTAT)
       if not tat then
         if code == 1 then code = -r end
         tat = 0
       elseif bad then
         repaired = repaired + bit
-        ru.repair = true
+        fix[r] = true
       end
-      ru.tat = tat
       local rel = 0
       if tat > now then rel = tat - now end
-      ru.rel = rel
-      local wait = rel + ru.need - ru.tol
+      key[r], tol[r], need[r], mark[r], st[r] = rk, tl, nd, mk, tat
+      local wait = rel + nd - tl
       if wait > 0 and wait > maxDelay then allowed = false end
       anyBucket = true
-      if ru.mark - ru.tol > act then act = ru.mark - ru.tol end
-      out[n + 1], out[n + 2] = rel, 0
+      if mk - tl > act then act = mk - tl end
+      out[n + 1] = rel
     else
-      ru.tokens, ru.cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-      local b0, b1, b2 = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-      ru.mark = tonumber(ARGV[a + 6])
-      a = a + 7
+      typ[r] = 2
+      local tokens, cost = -tl, tonumber(ARGV[a + 1])
+      local b0, b1, b2 = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+      a = a + 5
+      if kind == 3 then
+        mark[r] = tonumber(ARGV[a])
+        a = a + 1
+      end
       local which = -1
-      if kind == 3 or kind == 2 then
+      if kind >= 2 then
         which = 0
       elseif now >= b1 and now < b2 then
         which = 1
       elseif now >= b0 and now < b1 then
         which = 0
       end
-      ru.keys = {KEYS[k], KEYS[k + 1]}
+      local ka, kb = KEYS[k], KEYS[k + 1]
       k = k + 2
+      keyA[r], keyB[r] = ka, kb
       local used = 0
       if which < 0 then
         if code == 1 then code = -1000 - r end
+        key[r] = ka
       else
-        ru.key = ru.keys[which + 1]
-        if which == 0 then ru.endAt = b1 else ru.endAt = b2 end
-        local u, bad = readNumber(ru.key, 1e15)
+        if which == 0 then key[r], endAt[r] = ka, b1 else key[r], endAt[r] = kb, b2 end
+        local u, bad = read(key[r], 1e15)
         if not u then
           if code == 1 then code = -r end
         else
           used = u
           if bad then
             repaired = repaired + bit
-            ru.repair = true
+            fix[r] = true
           end
         end
       end
-      ru.used = used
-      if used + ru.cost > ru.tokens then allowed = false end
-      out[n + 1], out[n + 2] = used, math.max(which, 0)
+      tol[r], need[r], st[r] = tokens, cost, used
+      if used + cost > tokens then allowed = false end
+      if which < 0 then which = 0 end
+      out[n + 1] = used * 2 + which
     end
-    rules[r] = ru
-    n = n + 2
+    n = n + 1
     bit = bit * 2
   end
-  out[base + 1] = repaired
+  out[base] = 1 + 4 * repaired
   if code ~= 1 then
     out[base] = code
   elseif kind == 0 then
     if allowed then
       for r = 1, nr do
-        local ru = rules[r]
-        if ru.typ == 1 then
-          local ahead = ru.rel + ru.need
-          redis.call('SET', ru.key, now + ahead, 'PX', ttl(ahead))
+        if typ[r] == 1 then
+          local ahead = st[r] - now
+          if ahead < 0 then ahead = 0 end
+          ahead = ahead + need[r]
+          redis.call('SET', key[r], now + ahead, 'PX', (ahead + 999 - (ahead + 999) % 1000) / 1000 + 1 + slack)
         else
-          if ru.repair then redis.call('DEL', ru.key) end
-          redis.call('INCRBY', ru.key, ru.cost)
-          redis.call('PEXPIRE', ru.key, ttl(ru.endAt - now))
+          if fix[r] then redis.call('DEL', key[r]) end
+          redis.call('INCRBY', key[r], need[r])
+          local left = endAt[r] - now
+          redis.call('PEXPIRE', key[r], (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
         end
       end
     else
-      out[base] = 0
+      out[base] = 4 * repaired
       -- A repaired key is written back valid even when denied.
       for r = 1, nr do
-        if rules[r].repair then redis.call('DEL', rules[r].key) end
+        if fix[r] then redis.call('DEL', key[r]) end
       end
     end
   elseif kind == 1 then
-    if not allowed then out[base] = 0 end
+    if not allowed then out[base] = 4 * repaired end
   elseif kind == 2 then
     for r = 1, nr do
-      local ru = rules[r]
-      if ru.typ == 1 then
-        redis.call('DEL', ru.key)
+      if typ[r] == 1 then
+        redis.call('DEL', key[r])
       else
-        redis.call('DEL', ru.keys[1], ru.keys[2])
+        redis.call('DEL', keyA[r], keyB[r])
       end
     end
     if first then redis.call('PUBLISH', channel, first) end
   else
     -- Cancel: nothing once the reserved time has come, or for an Op
     -- without a token bucket (quotas never reserve).
-    if not anyBucket or now >= act then
-      out[base] = 0
-    else
-      local gave = false
+    local gave = false
+    if anyBucket and now < act then
       for r = 1, nr do
-        local ru = rules[r]
-        local j = base + 2 * r
-        if ru.typ == 1 then
-          local tat = math.max(ru.tat, now)
-          local back = math.min(ru.need, ru.need - (tat - ru.mark))
+        local j = base + r
+        if typ[r] == 1 then
+          local tat = st[r]
+          if tat < now then tat = now end
+          local back = math.min(need[r], need[r] - (tat - mark[r]))
           if back > 0 then
             gave = true
             tat = tat - back
             if tat <= now then
-              redis.call('DEL', ru.key)
+              redis.call('DEL', key[r])
               out[j] = 0
             else
-              redis.call('SET', ru.key, tat, 'PX', ttl(tat - now))
-              out[j] = tat - now
+              local left = tat - now
+              redis.call('SET', key[r], tat, 'PX', (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
+              out[j] = left
             end
           end
         else
-          local back = math.min(ru.cost, ru.used)
+          local back = math.min(need[r], st[r])
           if back > 0 then
             gave = true
-            redis.call('INCRBY', ru.key, -back)
-            out[j] = ru.used - back
+            redis.call('INCRBY', key[r], -back)
+            out[j] = (st[r] - back) * 2
           end
         end
       end
-      if gave then redis.call('PUBLISH', channel, first) else out[base] = 0 end
     end
+    if gave then redis.call('PUBLISH', channel, first) else out[base] = 4 * repaired end
   end
 end
 return out
@@ -239,12 +252,6 @@ var scriptSHA = redis.NewScript(opScript).Hash()
 // maxKeysPerScript bounds the keys of one script call, so that Redis, which
 // runs one script at a time, is never held for long.
 const maxKeysPerScript = 256
-
-// Op kinds and rule types as the script numbers them.
-const (
-	ruleBucket = 1
-	ruleQuota  = 2
-)
 
 // A group is the calls one script call carries, by their index in the batch.
 type group struct {
@@ -373,8 +380,7 @@ func isNoScript(err error) bool {
 }
 
 // replies splits a group's flat reply into the slices of its calls: the
-// server's now, then each call's code, repaired mask and two numbers per
-// rule.
+// server's now, then each call's code and one number per rule.
 func replies(g *group, batch []*call) (now int64, per [][]int64, err error) {
 	vals, err := g.cmd.Int64Slice()
 	if err != nil {
@@ -386,7 +392,7 @@ func replies(g *group, batch []*call) (now int64, per [][]int64, err error) {
 	now, vals = vals[0], vals[1:]
 	per = make([][]int64, len(g.idx))
 	for i, j := range g.idx {
-		n := 2 + 2*len(batch[j].op.Rules)
+		n := 1 + len(batch[j].op.Rules)
 		if len(vals) < n {
 			return 0, nil, fmt.Errorf("the script answered %d values, too few for its %d Ops", len(vals), len(g.idx))
 		}

@@ -607,8 +607,8 @@ func (s *Store) roundTrip(batch []*call) {
 				} else if kind := c.op.Kind; kind == tollgate.OpTake || kind == tollgate.OpInspect {
 					s.cache.learn(s, c, now, v, sent, recv)
 				}
-				if v[1] != 0 {
-					s.repairs.report(s, c, v[1])
+				if v[0] > 3 {
+					s.repairs.report(s, c, v[0]>>2)
 				}
 			}
 			c.deliver()
