@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -372,4 +373,140 @@ func memSettledHeap() uint64 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return ms.HeapAlloc
+}
+
+// memFloodKeys is the number of one-request tenants BenchmarkMemoryFlood
+// sends through a Store with the default key cap.
+const memFloodKeys = 5_000_000
+
+// BenchmarkMemoryFlood sends 5,000,000 one-request tenants, from GOMAXPROCS
+// goroutines, through a memory.Store with the default cap of 1,000,000 keys,
+// while 100 real tenants (a burst of 100 at 1/s) sit drained and keep
+// asking. The flood's plan (10 requests an hour) leaves each of its buckets
+// 6 minutes from full, longer than the real tenants' whole 100 s window, so
+// that the order of eviction, not time, is what protects them. Run it with
+// -benchtime=1x. It reports:
+//
+//   - p50-ns, p99-ns, p999-ns, max-ns: the latency of each Take of the
+//     flood (the clock reads around it included, about 45 ns);
+//   - evictions, drained-evictions: the Store's counters at the end;
+//   - tenants-reset: real tenants seen with more than one token (a token
+//     comes back each second and they ask every millisecond; a reset bucket
+//     has 99), during the flood or after.
+func BenchmarkMemoryFlood(b *testing.B) {
+	real := tollgate.Limit{Rate: 1, Burst: 100}
+	flood := tollgate.Limit{Rate: 10.0 / 3600, Burst: 10}
+	for range b.N {
+		s := memory.New()
+		ctx := context.Background()
+		tenants := memTenantKeys(100)
+		for _, k := range tenants {
+			if r, err := s.Take(ctx, k, real, real.Burst); err != nil || !r.Allowed {
+				b.Fatal(r, err)
+			}
+		}
+		reset := make(map[string]bool)
+		checkTenants := func() {
+			for _, k := range tenants {
+				if r, _ := s.Take(ctx, k, real, 1); r.Remaining > 1 {
+					reset[k] = true
+				}
+			}
+		}
+		stop := make(chan struct{})
+		hammered := make(chan struct{})
+		go func() {
+			defer close(hammered)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+					checkTenants()
+				}
+			}
+		}()
+		workers := runtime.GOMAXPROCS(0)
+		hists := make([]latencyHistogram, workers)
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h := &hists[w]
+				buf := make([]byte, 0, 32)
+				for i := w; i < memFloodKeys; i += workers {
+					buf = strconv.AppendInt(append(buf[:0], "flood-"...), int64(i), 10)
+					key := string(buf)
+					start := time.Now()
+					r, err := s.Take(ctx, key, flood, 1)
+					h.add(time.Since(start))
+					if err != nil || !r.Allowed {
+						panic(fmt.Sprint("flood request denied: ", r, err))
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		close(stop)
+		<-hammered
+		checkTenants()
+		st := s.Stats()
+		s.Close()
+		var all latencyHistogram
+		for i := range hists {
+			all.merge(&hists[i])
+		}
+		b.ReportMetric(float64(all.quantile(0.50)), "p50-ns")
+		b.ReportMetric(float64(all.quantile(0.99)), "p99-ns")
+		b.ReportMetric(float64(all.quantile(0.999)), "p999-ns")
+		b.ReportMetric(float64(all.max), "max-ns")
+		b.ReportMetric(float64(st.Evictions), "evictions")
+		b.ReportMetric(float64(st.DrainedEvictions), "drained-evictions")
+		b.ReportMetric(float64(len(reset)), "tenants-reset")
+	}
+}
+
+// A latencyHistogram counts durations in buckets 16 ns wide up to 64 µs,
+// and keeps the longest.
+type latencyHistogram struct {
+	counts [4096]uint64
+	over   uint64 // durations of 64 µs or more
+	max    time.Duration
+}
+
+func (h *latencyHistogram) add(d time.Duration) {
+	if i := int(d / 16); i < len(h.counts) {
+		h.counts[i]++
+	} else {
+		h.over++
+	}
+	h.max = max(h.max, d)
+}
+
+func (h *latencyHistogram) merge(o *latencyHistogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.over += o.over
+	h.max = max(h.max, o.max)
+}
+
+// quantile returns the upper edge of the bucket that holds quantile q, or
+// the longest duration if it lies beyond the buckets.
+func (h *latencyHistogram) quantile(q float64) time.Duration {
+	total := h.over
+	for _, c := range h.counts {
+		total += c
+	}
+	rank := uint64(q * float64(total))
+	var seen uint64
+	for i, c := range h.counts {
+		if seen += c; seen > rank {
+			return time.Duration(i+1) * 16
+		}
+	}
+	return h.max
 }
