@@ -55,6 +55,12 @@ var memDrainingLimit = tollgate.Limit{Rate: 100, Burst: 1e9}
 // one are the same state), so under this limit it may re-insert keys.
 var memRefillingLimit = tollgate.Limit{Rate: 1e6, Burst: 1e9}
 
+// memZipfLimit is a burst of 50 million tokens refilled at one a minute:
+// no run drains it, and a request leaves a bucket at least a minute from
+// full, longer than a run, so that every store keeps tracking every tenant
+// of BenchmarkMemoryZipf, however rarely it is asked for.
+var memZipfLimit = tollgate.Limit{Rate: 1.0 / 60, Burst: 50_000_000}
+
 // memHeapLimit is 100 requests an hour with a burst of 100: one request leaves
 // a bucket 36 s short of full, far longer than inserting 1,000,000 keys takes.
 var memHeapLimit = tollgate.Limit{Rate: 100.0 / 3600, Burst: 100}
@@ -305,6 +311,67 @@ func memParallel(b *testing.B, take memTakeFunc, keys []string) {
 	b.ReportMetric(float64(d)/float64(b.N), "denied/op")
 	if d*1000 > int64(b.N) {
 		b.Fatalf("%d of %d requests denied; the limit must allow all", d, b.N)
+	}
+}
+
+// memZipfKeys is the number of tenants of BenchmarkMemoryZipf, and
+// memZipfExponent the exponent of their traffic's Zipf distribution.
+const (
+	memZipfKeys     = 1_000_000
+	memZipfExponent = 1.1
+)
+
+// BenchmarkMemoryZipf is traffic as a SaaS back end sees it: 1,000,000
+// tenants, all tracked before the timer starts, whose requests follow a Zipf
+// distribution with exponent 1.1 (the busiest tenant sends about a tenth of
+// all requests, the 100 busiest about two fifths, and most tenants are asked
+// for once in a long while), from GOMAXPROCS goroutines, under
+// memZipfLimit. Each library gets a store of its own, filled once and kept
+// across the rounds of its sub-benchmark.
+//
+//   - case=keys1M-zipf-parallel: ns/op and cpu-ns/op as in BenchmarkMemory.
+func BenchmarkMemoryZipf(b *testing.B) {
+	keys := memTenantKeys(memZipfKeys)
+	// One sequence of tenants for every library; each goroutine walks it
+	// from a random start.
+	zipf := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), memZipfExponent, 1, memZipfKeys-1)
+	seq := make([]int32, 1<<22)
+	for i := range seq {
+		seq[i] = int32(zipf.Uint64())
+	}
+	for _, c := range memContenders {
+		s := c.open(b, memZipfLimit, 2*memZipfKeys)
+		for _, k := range keys {
+			s.take(k)
+		}
+		clones := memCloneKeys(keys)
+		b.Run("case=keys1M-zipf-parallel/lib="+c.name, func(b *testing.B) {
+			var denied atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := cpuTime()
+			b.RunParallel(func(pb *testing.PB) {
+				i, n := rand.IntN(len(seq)), 0
+				for pb.Next() {
+					if !s.take(clones[seq[i]]) {
+						n++
+					}
+					if i++; i == len(seq) {
+						i = 0
+					}
+				}
+				denied.Add(int64(n))
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(denied.Load())/float64(b.N), "denied/op")
+			if d := denied.Load(); d*1000 > int64(b.N) {
+				b.Fatalf("%d of %d requests denied; the limit must allow all", d, b.N)
+			}
+		})
+		if s.close != nil {
+			s.close()
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"math"
-	"math/bits"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -64,22 +63,27 @@ func newRule(limit tollgate.Limit, cost int64) (rule, error) {
 // returns the state to store and the Result; a denial returns w with the
 // throttled flag set. It decides exactly as tollgate.GCRA does.
 func (r *rule) take(w, now, cost int64) (int64, tollgate.Result) {
-	tat := max(w&tatMask, now)
-	newTAT := tat + cost*r.interval
-	ahead := newTAT - now
+	debt := max(w&tatMask-now, 0) // how far the bucket is from full
+	ahead := debt + cost*r.interval
 	if ahead > r.tolerance {
-		// After a downgrade the debt can exceed the new tolerance: the
-		// bucket is then empty, not negative.
-		return w | throttledBit, tollgate.Result{
-			Remaining:  max(r.tolerance-(tat-now), 0) / r.interval,
-			RetryAfter: micros(ahead - r.tolerance),
-			ResetAfter: micros(tat - now),
-		}
+		return w | throttledBit, r.denial(debt, ahead)
 	}
-	return r.scale | newTAT, tollgate.Result{
+	return r.scale | (now + ahead), tollgate.Result{
 		Allowed:    true,
 		Remaining:  (r.tolerance - ahead) / r.interval,
 		ResetAfter: micros(ahead),
+	}
+}
+
+// denial is the Result of a denied request, for a bucket debt µs from full
+// that the request would have put ahead µs from full.
+func (r *rule) denial(debt, ahead int64) tollgate.Result {
+	// After a downgrade the debt can exceed the new tolerance: the bucket
+	// is then empty, not negative.
+	return tollgate.Result{
+		Remaining:  max(r.tolerance-debt, 0) / r.interval,
+		RetryAfter: micros(ahead - r.tolerance),
+		ResetAfter: micros(debt),
 	}
 }
 
@@ -88,17 +92,15 @@ func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecon
 // scaleOf rounds tolerance up to (4+m)·2^e with m < 4, and returns e<<2 | m
 // in its place in a word. For a valid limit (tolerance < 2^53) e<<2 | m
 // stays below 2^8, so the word stays positive.
+//
+// (4+m)·2^e is a float64 with two bits of mantissa: the code is the top
+// bits of tolerance as a float64 (exact below 2^53), rounded up by adding
+// the mantissa bits below them, less the exponent's bias.
 func scaleOf(tolerance int64) int64 {
-	u := uint64(max(tolerance, 4))
-	e := uint(max(bits.Len64(u)-3, 0))
-	top := u >> e // 4 to 7
-	if top<<e != u {
-		top++
-	}
-	if top == 8 {
-		top, e = 4, e+1
-	}
-	return int64(uint64(e)<<2|(top-4)) << scaleShift
+	const dropped = 52 - 2 // mantissa bits below the two kept
+	b := math.Float64bits(float64(max(tolerance, 4)))
+	code := (b+1<<dropped-1)>>dropped - (1023+2)<<2
+	return int64(code) << scaleShift
 }
 
 // invScales[c] is 1 / the tolerance that scale code c stands for.

@@ -2,13 +2,15 @@ package memory
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 )
@@ -103,8 +105,15 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 	if err != nil {
 		return tollgate.Result{}, err
 	}
-	k := makeKey(b.seed, key)
-	return b.decide(&k, &r, cost, b.clock.now()), nil
+	var k lookup
+	k.set(b.seed, key)
+	var now int64
+	if b.clock.test == nil { // clock.now, which is too large to be inlined
+		now = mono.since(b.clock.baseNano)
+	} else {
+		now = b.clock.now()
+	}
+	return b.decide(&k, &r, cost, now), nil
 }
 
 // TakeAt is Take at the time now, which must carry a monotonic clock
@@ -126,7 +135,8 @@ func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost
 	} else {
 		us = b.clock.at(now)
 	}
-	k := makeKey(b.seed, key)
+	var k lookup
+	k.set(b.seed, key)
 	return b.decide(&k, &r, cost, us), nil
 }
 
@@ -170,7 +180,7 @@ func (s *stopper) close() { s.once.Do(func() { close(s.stop) }) }
 type buckets struct {
 	shards    []shard
 	shardMask uint64
-	seed      maphash.Seed
+	seed      uintptr // of the key hash, secret so that clients cannot aim keys at one slot
 	clock     clock
 	evictions atomic.Uint64
 	drained   atomic.Uint64
@@ -195,7 +205,7 @@ func newBuckets(cfg config) *buckets {
 	b := &buckets{
 		shards:    make([]shard, n),
 		shardMask: uint64(n - 1),
-		seed:      maphash.MakeSeed(),
+		seed:      uintptr(rand.Uint64()),
 		clock:     newClock(cfg.clock),
 	}
 	for i := range b.shards {
@@ -211,12 +221,58 @@ func newBuckets(cfg config) *buckets {
 }
 
 // decide takes cost tokens at now from the bucket of k under r: one
-// decision, whichever entry point it came through.
-func (b *buckets) decide(k *key, r *rule, cost, now int64) tollgate.Result {
+// decision, whichever entry point it came through. The path of a tracked
+// bucket is written out in full (table.find, table.holds and takeFrom, as
+// the slow path calls them): the calls cost a sixth of a Take.
+func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
 	sh := &b.shards[k.hash&b.shardMask]
-	if sl := sh.table.Load().find(k); sl != nil {
-		if res, ok := takeFrom(sl, r, cost, now); ok {
-			return res
+	t := sh.table.Load()
+	slots := t.slots
+	n := len(slots)
+	i := t.home(k.meta)
+	for range n {
+		sl := &slots[i]
+		m := sl.meta.Load()
+		if m&^refMask == k.meta {
+			var same bool // t.holds(m, k)
+			if l := m >> lengthShift & lengthMask; l-8 <= 8 {
+				p := t.bytes(m)
+				same = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8)) == k.short[0] &&
+					binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, l-8)), 8)) == k.short[1]
+			} else {
+				same = t.key(m) == k.stored()
+			}
+			if same {
+				for { // takeFrom(sl, r, cost, now) and r.take
+					w := sl.word.Load()
+					if w < 0 {
+						break // dropped or moved: look again under the lock
+					}
+					debt := max(w&tatMask-now, 0)
+					ahead := debt + cost*r.interval
+					if ahead > r.tolerance {
+						if w&throttledBit == 0 {
+							// Losing this race changes no decision:
+							// the flag only ranks buckets for eviction.
+							sl.word.CompareAndSwap(w, w|throttledBit)
+						}
+						return r.denial(debt, ahead)
+					}
+					if sl.word.CompareAndSwap(w, r.scale|(now+ahead)) {
+						return tollgate.Result{
+							Allowed:    true,
+							Remaining:  (r.tolerance - ahead) / r.interval,
+							ResetAfter: time.Duration(ahead) * time.Microsecond,
+						}
+					}
+				}
+				break
+			}
+		} else if m == 0 {
+			break
+		}
+		if i++; i == n {
+			i = 0
 		}
 	}
 	return sh.takeLocked(b, k, r, cost, now)
@@ -245,7 +301,7 @@ func takeFrom(sl *slot, r *rule, cost, now int64) (tollgate.Result, bool) {
 
 // takeLocked is the slow path of decide: it looks again under the lock and
 // adds the bucket if it is still missing, making room first at the cap.
-func (sh *shard) takeLocked(b *buckets, k *key, r *rule, cost, now int64) tollgate.Result {
+func (sh *shard) takeLocked(b *buckets, k *lookup, r *rule, cost, now int64) tollgate.Result {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.table.Load()

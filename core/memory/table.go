@@ -2,7 +2,7 @@ package memory
 
 import (
 	"crypto/sha256"
-	"hash/maphash"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -61,35 +61,50 @@ const (
 // chunks, and every chunk from the seventh on is 16 KiB.
 func chunkSize(i int) int { return 256 << min(i, offsetBits-8) }
 
-// A key is a lookup key: the bytes stored for it, its hash and the meta its
-// slot holds (with a zero reference). It is computed once per decision.
-type key struct {
-	given  string   // the key as given, when it is stored as it is
-	digest [32]byte // its SHA-256 when it is longer than maxInlineKey
+// A lookup is a key ready to look up: the bytes stored for it, its hash and
+// the meta its slot holds (with a zero reference). It is computed once per
+// decision.
+type lookup struct {
+	given  string    // the key as given, when it is stored as it is
+	short  [2]uint64 // the first and last 8 bytes of a key of 8 to 16 bytes
+	digest [32]byte  // its SHA-256 when it is longer than maxInlineKey
 	hash   uint64
 	meta   uint64
 }
 
-func makeKey(seed maphash.Seed, s string) key {
-	if len(s) <= maxInlineKey {
-		k := key{given: s, hash: maphash.String(seed, s)}
-		k.meta = metaOf(k.hash, 0, len(s))
-		return k
+// memhash is the runtime's hash of byte strings, the one maps use (AES
+// based where the CPU has it), without the wrappers of hash/maphash, which
+// cost as much again as the hash of a short key. The runtime keeps this
+// symbol open to packages outside the standard library (go.dev/issue/67401).
+//
+//go:noescape
+//go:linkname memhash runtime.memhash
+func memhash(p unsafe.Pointer, seed, length uintptr) uintptr
+
+// set makes k the lookup of s under the hash seed.
+func (k *lookup) set(seed uintptr, s string) {
+	flag := uint64(0)
+	p := unsafe.Pointer(unsafe.StringData(s))
+	n := len(s)
+	if n > maxInlineKey {
+		k.digest = sha256.Sum256(unsafe.Slice((*byte)(p), n))
+		p, n = unsafe.Pointer(&k.digest), len(k.digest)
+		flag = digestFlag
+	} else {
+		k.given = s
+		if n >= 8 && n <= 16 {
+			k.short[0] = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8))
+			k.short[1] = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, n-8)), 8))
+		}
 	}
-	k := key{digest: sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))}
-	k.hash = maphash.Bytes(seed, k.digest[:])
-	k.meta = metaOf(k.hash, digestFlag, len(k.digest))
-	return k
+	k.hash = uint64(memhash(p, seed, uintptr(n)))
+	// The tag takes the hash's top bits; the shard takes its bottom ones.
+	k.meta = (k.hash>>tagShift|1)<<tagShift | flag | uint64(n)<<lengthShift
 }
 
-// metaOf builds a key's meta. The tag takes the hash's top bits; the shard
-// takes its bottom ones.
-func metaOf(hash, flag uint64, length int) uint64 {
-	return (hash>>tagShift|1)<<tagShift | flag | uint64(length)<<lengthShift
-}
-
-// stored returns the bytes the table keeps for k.
-func (k *key) stored() string {
+// stored returns the bytes the table keeps for k. (A string into k.digest
+// kept in k would make every lookup escape to the heap.)
+func (k *lookup) stored() string {
 	if k.meta&digestFlag != 0 {
 		return unsafe.String(&k.digest[0], len(k.digest))
 	}
@@ -110,7 +125,7 @@ func (t *table) home(m uint64) int {
 }
 
 // find returns the live slot of k, or nil. It takes no lock.
-func (t *table) find(k *key) *slot {
+func (t *table) find(k *lookup) *slot {
 	n := len(t.slots)
 	i := t.home(k.meta)
 	for range n {
@@ -119,7 +134,7 @@ func (t *table) find(k *key) *slot {
 		if m == 0 {
 			return nil
 		}
-		if m&^refMask == k.meta && t.key(m) == k.stored() && sl.word.Load() != deadWord {
+		if m&^refMask == k.meta && t.holds(m, k) && sl.word.Load() != deadWord {
 			return sl
 		}
 		if i++; i == n {
@@ -129,15 +144,32 @@ func (t *table) find(k *key) *slot {
 	return nil
 }
 
+// holds reports whether the slot whose meta is m, equal to k.meta but for
+// the reference, holds k's bytes. Keys of 8 to 16 bytes, the usual tenant
+// IDs, are compared as two words (overlapping for less than 16 bytes)
+// rather than by a call.
+func (t *table) holds(m uint64, k *lookup) bool {
+	if n := m >> lengthShift & lengthMask; n-8 <= 8 {
+		p := t.bytes(m)
+		return binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8)) == k.short[0] &&
+			binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, n-8)), 8)) == k.short[1]
+	}
+	return t.key(m) == k.stored()
+}
+
+// bytes returns the address of the stored bytes of the slot whose meta is m.
+func (t *table) bytes(m uint64) unsafe.Pointer {
+	ref := m & refMask
+	return unsafe.Add(unsafe.Pointer(t.chunks[ref>>offsetBits]), ref&(1<<offsetBits-1))
+}
+
 // key returns the stored bytes of the slot whose meta is m.
 func (t *table) key(m uint64) string {
-	length := int(m >> lengthShift & lengthMask)
-	if length == 0 {
+	n := int(m >> lengthShift & lengthMask)
+	if n == 0 {
 		return ""
 	}
-	ref := m & refMask
-	chunk := t.chunks[ref>>offsetBits]
-	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(chunk), ref&(1<<offsetBits-1))), length)
+	return unsafe.String((*byte)(t.bytes(m)), n)
 }
 
 // insert fills the first empty slot of the probe sequence of a key with
