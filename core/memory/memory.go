@@ -3,8 +3,6 @@ package memory
 import (
 	"context"
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -31,6 +29,7 @@ var (
 	_ tollgate.Store            = (*Store)(nil)
 	_ tollgate.NonBlockingStore = (*Store)(nil)
 	_ tollgate.TimedStore       = (*Store)(nil)
+	_ tollgate.Checker          = (*Store)(nil)
 )
 
 // Stats are counters of a Store.
@@ -54,7 +53,7 @@ func New(opts ...Option) *Store {
 	cfg := config{maxKeys: DefaultMaxKeys, sweepInterval: DefaultSweepInterval}
 	for i, o := range opts {
 		if o == nil {
-			cfg.fail(fmt.Errorf("memory: option %d of New is nil", i))
+			cfg.fail("memory: option %d of New is nil", i)
 			continue
 		}
 		o(&cfg)
@@ -73,12 +72,13 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-var errZeroStore = errors.New("memory: Store not made by memory.New")
+var errZeroStore error = &optionError{"memory: Store not made by memory.New"}
 
 // Check reports whether the Store is usable: it returns the error of the
-// first invalid option given to New (naming it), or nil. It does no I/O and
-// ignores ctx; tollgate.New calls it so that a misconfigured Store fails at
-// start-up rather than on the first request.
+// first invalid option given to New (naming it, and wrapping
+// tollgate.ErrMisconfigured), or nil. It does no I/O and ignores ctx. It
+// implements tollgate.Checker: tollgate.New calls it, so that a
+// misconfigured Store fails at start-up rather than on every request.
 func (s *Store) Check(context.Context) error {
 	if s.b != nil {
 		return nil

@@ -199,8 +199,8 @@ func TestInvalidOptionsFailCheckAndTake(t *testing.T) {
 	for _, c := range cases {
 		s := memory.New(c.opts...)
 		err := s.Check(context.Background())
-		if err == nil || err.Error() != c.want {
-			t.Errorf("Check: %v, want %q", err, c.want)
+		if err == nil || err.Error() != c.want || !errors.Is(err, tollgate.ErrMisconfigured) {
+			t.Errorf("Check: %v, want %q wrapping tollgate.ErrMisconfigured", err, c.want)
 			continue
 		}
 		if _, terr := s.Take(context.Background(), "k", limit, 1); terr != err {
@@ -221,8 +221,8 @@ func TestInvalidOptionsFailCheckAndTake(t *testing.T) {
 func TestZeroStoreErrors(t *testing.T) {
 	var s memory.Store
 	err := s.Check(context.Background())
-	if err == nil {
-		t.Fatal("the zero Store passes Check")
+	if !errors.Is(err, tollgate.ErrMisconfigured) {
+		t.Fatalf("the zero Store: Check = %v", err)
 	}
 	if _, terr := s.Take(context.Background(), "k", limit, 1); !errors.Is(terr, err) {
 		t.Fatalf("Take on the zero Store: %v", terr)

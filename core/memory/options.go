@@ -3,6 +3,8 @@ package memory
 import (
 	"fmt"
 	"time"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
 )
 
 // DefaultMaxKeys is the number of buckets a Store tracks unless WithMaxKeys
@@ -27,11 +29,19 @@ type config struct {
 	err           error // the first invalid option
 }
 
-func (c *config) fail(err error) {
+// fail records the first invalid option.
+func (c *config) fail(format string, args ...any) {
 	if c.err == nil {
-		c.err = err
+		c.err = &optionError{fmt.Sprintf(format, args...)}
 	}
 }
+
+// An optionError names an invalid option. It wraps
+// tollgate.ErrMisconfigured, on which tollgate.New fails.
+type optionError struct{ msg string }
+
+func (e *optionError) Error() string { return e.msg }
+func (e *optionError) Unwrap() error { return tollgate.ErrMisconfigured }
 
 // WithClock makes the Store read its time from now instead of the monotonic
 // clock. It is meant for tests, with a clock that only moves when told; now
@@ -39,7 +49,7 @@ func (c *config) fail(err error) {
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {
-			c.fail(fmt.Errorf("memory: WithClock needs a clock, got nil"))
+			c.fail("memory: WithClock needs a clock, got nil")
 			return
 		}
 		c.clock = now
@@ -59,7 +69,7 @@ func WithClock(now func() time.Time) Option {
 func WithMaxKeys(n int) Option {
 	return func(c *config) {
 		if n < 1 {
-			c.fail(fmt.Errorf("memory: WithMaxKeys must be >= 1, got %d", n))
+			c.fail("memory: WithMaxKeys must be >= 1, got %d", n)
 			return
 		}
 		c.maxKeys = n
