@@ -42,7 +42,7 @@ return {id, redis.call('HINCRBY', KEYS[1], 'n', 1)}
 // sends the check on its own whenever none went out for epochEvery.
 type epochState struct {
 	known   atomic.Bool
-	last    atomic.Int64 // local time of the latest answer
+	last    atomic.Int64 // when the latest answer came back, µs on the monotonic clock
 	probing atomic.Bool
 	mu      sync.Mutex
 	id      string
@@ -74,8 +74,8 @@ func (c *epochCheck) queue(ctx context.Context, pipe redis.Pipeliner, s *Store) 
 	c.cmd = pipe.Eval(ctx, epochScript, []string{s.epochKey}, self)
 }
 
-// learn reads the check's answer, for a round trip sent at local time
-// sent, and empties the cache if Redis lost data.
+// learn reads the check's answer, for a round trip sent at sent (µs on the
+// monotonic clock), and empties the cache if Redis lost data.
 func (e *epochState) learn(s *Store, c *epochCheck, sent int64) {
 	if c.cmd == nil {
 		return
@@ -89,7 +89,7 @@ func (e *epochState) learn(s *Store, c *epochCheck, sent int64) {
 	if !ok1 || !ok2 {
 		return
 	}
-	now := s.now()
+	now := micros(s.mono())
 	e.mu.Lock()
 	lost := e.known.Load() && (id != e.id || sent > e.at && n <= e.n)
 	if lost || id != e.id || n > e.n {
@@ -111,7 +111,7 @@ const epochEvery = 50 * time.Millisecond
 // probe sends the epoch check on its own if none went out for epochEvery.
 // A probe that Redis does not answer blocks only its own goroutine.
 func (e *epochState) probe(s *Store) {
-	if s.now()-e.last.Load() < epochEvery.Microseconds() || !e.probing.CompareAndSwap(false, true) {
+	if micros(s.mono())-e.last.Load() < epochEvery.Microseconds() || !e.probing.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
@@ -120,7 +120,7 @@ func (e *epochState) probe(s *Store) {
 		ctx := context.Background()
 		pipe := s.client.Pipeline()
 		chk.queue(ctx, pipe, s)
-		sent := s.now()
+		sent := micros(s.mono())
 		_, _ = pipe.Exec(ctx)
 		e.learn(s, chk, sent)
 	}()
