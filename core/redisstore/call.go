@@ -138,6 +138,7 @@ func (c *call) appendScript(keys []string, args []any) ([]string, []any) {
 // A trip is one round trip to Redis.
 type trip struct {
 	state atomic.Int32
+	sent  int64 // µs on the Store's monotonic clock
 }
 
 const (

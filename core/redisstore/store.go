@@ -59,7 +59,7 @@ const (
 // size, within [2, 64]).
 const (
 	minSlow    = time.Millisecond
-	maxSlow    = 5 * time.Millisecond
+	maxSlow    = 3 * time.Millisecond
 	secondTrip = 32
 )
 
@@ -412,7 +412,7 @@ func (s *Store) giveUp(c *call, deadline bool) error {
 		return nil
 	}
 	if tr := c.trip.Load(); deadline && tr != nil && tr.state.CompareAndSwap(tripInFlight, tripLate) {
-		s.breaker.failure(micros(s.mono()))
+		s.breaker.failure(micros(s.mono()), tr.sent)
 	}
 	return errAbandoned
 }
@@ -591,12 +591,12 @@ func (s *Store) roundTrip(batch []*call) {
 	if len(batch) == 0 {
 		return
 	}
-	tr := &trip{}
+	epoch := s.epoch.check(s)
+	sent, sentMono := s.now(), s.mono()
+	tr := &trip{sent: micros(sentMono)}
 	for _, c := range batch {
 		c.trip.Store(tr)
 	}
-	epoch := s.epoch.check(s)
-	sent, sentMono := s.now(), s.mono()
 	groups, err := s.exec(context.Background(), batch, epoch)
 	recv := s.now()
 	if err == nil {
@@ -607,7 +607,7 @@ func (s *Store) roundTrip(batch []*call) {
 		case err == nil:
 			s.breaker.success()
 		case !isMisconfig(err):
-			s.breaker.failure(micros(s.mono()))
+			s.breaker.failure(micros(s.mono()), tr.sent)
 		}
 	}
 	if epoch != nil {
