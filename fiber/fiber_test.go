@@ -106,8 +106,6 @@ func newLimiterWith(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.
 	return l, ev
 }
 
-var client = &http.Client{Timeout: 10 * time.Second}
-
 type principalKey struct{}
 
 // auth stands in for an application's authentication middleware. It keeps
