@@ -1,3 +1,5 @@
+//go:build unix
+
 package testredis
 
 import (
@@ -11,16 +13,6 @@ import (
 	"testing"
 	"time"
 )
-
-// do runs one command on s, failing t on an error.
-func do(t *testing.T, addr string, args ...string) any {
-	t.Helper()
-	reply, err := command(addr, 5*time.Second, args...)
-	if err != nil {
-		t.Fatalf("%s on %s: %v", strings.Join(args, " "), addr, err)
-	}
-	return reply
-}
 
 // alive reports whether a process with this PID exists.
 func alive(pid int) bool {
