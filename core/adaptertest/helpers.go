@@ -52,7 +52,7 @@ func NewLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.Opti
 	clock := storetest.NewClock()
 	store := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
 	ev := &Events{}
-	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(ev.Record)}, opts...)
+	opts = append([]tollgate.Option{WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(ev.Record)}, opts...)
 	l, err := tollgate.New(store, plans, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -74,11 +74,7 @@ type Store struct {
 	stopper *stopper
 }
 
-var (
-	_ tollgate.Store            = (*Store)(nil)
-	_ tollgate.NonBlockingStore = (*Store)(nil)
-	_ tollgate.TimedStore       = (*Store)(nil)
-)
+var _ tollgate.Store = (*Store)(nil)
 
 // Stats are counters of a Store.
 type Stats struct {

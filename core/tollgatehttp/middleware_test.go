@@ -1,4 +1,4 @@
-package tollgate_test
+package tollgatehttp_test
 
 import (
 	"context"
@@ -8,35 +8,43 @@ import (
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
 func ok(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }
 
 func TestMiddlewareConformance(t *testing.T) {
 	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
-		limit := tollgate.Middleware(s.Limiter, tollgate.WithSkip(func(r *http.Request) bool {
+		byTenant := tollgatehttp.WithTenant(tollgatehttp.TenantFromContext(adaptertest.TenantKey{}))
+		limit := tollgatehttp.Middleware(s.Limiter, byTenant, tollgatehttp.WithSkip(func(r *http.Request) bool {
 			return r.URL.Path == "/skipped"
 		}))
-		costly := tollgate.Middleware(s.Limiter, tollgate.WithCost(5))
-		custom := tollgate.Middleware(s.Limiter, tollgate.WithDenyHandler(
+		costly := tollgatehttp.Middleware(s.Limiter, byTenant, tollgatehttp.WithCost(5))
+		reports := tollgatehttp.Middleware(s.Limiter, byTenant, tollgatehttp.WithBudget(adaptertest.Budget))
+		custom := tollgatehttp.Middleware(s.Limiter, byTenant, tollgatehttp.WithDenyHandler(
 			func(w http.ResponseWriter, r *http.Request, d tollgate.Decision) {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusTeapot)
 				w.Write([]byte(`{"denied":"` + d.Tenant + `"}`))
 			}))
+		byHeader := tollgatehttp.Middleware(s.Limiter)
 		mux := http.NewServeMux()
 		mux.Handle("GET /limited", limit(http.HandlerFunc(ok)))
 		mux.Handle("GET /skipped", limit(http.HandlerFunc(ok)))
 		mux.Handle("GET /costly", costly(http.HandlerFunc(ok)))
 		mux.Handle("GET /custom", custom(http.HandlerFunc(ok)))
-		srv := httptest.NewServer(mux)
+		mux.Handle("GET /reports/{id}", reports(http.HandlerFunc(ok)))
+		mux.Handle("GET /by-header", byHeader(http.HandlerFunc(ok)))
+		srv := httptest.NewServer(adaptertest.Authenticate(mux, func(r *http.Request, tenant string) *http.Request {
+			return r.WithContext(context.WithValue(r.Context(), adaptertest.TenantKey{}, tenant))
+		}))
 		t.Cleanup(srv.Close)
 		return srv.URL
 	})
 }
 
 func TestMiddlewareWithoutLimiterAnswers500(t *testing.T) {
-	h := tollgate.Middleware(nil)(http.HandlerFunc(ok))
+	h := tollgatehttp.Middleware(nil)(http.HandlerFunc(ok))
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	req.Header.Set("X-Tenant-ID", "t")
@@ -49,13 +57,9 @@ func TestMiddlewareWithoutLimiterAnswers500(t *testing.T) {
 func TestMiddlewareNamesTheRouteOnlyForEvents(t *testing.T) {
 	var routes []string
 	calls := 0
-	l, err := tollgate.New(newMemory(t), tollgate.SinglePlan(tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 1, Burst: 2}}),
-		tollgate.WithLogger(nil),
+	l, _, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 1, Burst: 2}}),
 		tollgate.WithOnThrottle(func(_ context.Context, e tollgate.ThrottleEvent) { routes = append(routes, e.Route) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw := tollgate.Middleware(l, tollgate.WithRoute(func(r *http.Request) string { calls++; return "/items/{id}" }))
+	mw := tollgatehttp.Middleware(l, tollgatehttp.WithRoute(func(r *http.Request) string { calls++; return "/items/{id}" }))
 	h := mw(http.HandlerFunc(ok))
 	for i := 0; i < 3; i++ {
 		req := httptest.NewRequest(http.MethodGet, "/items/42", nil)
