@@ -458,3 +458,7 @@ func TestFallbackFiguresDescribeTheFallbackBucket(t *testing.T) {
 		t.Fatalf("fallback policies %+v remaining %d, want the halved free bucket (10 at 1/s)", p, d.Remaining)
 	}
 }
+
+func storetestModel() *storetest.Model { return storetest.NewModel(time.Now) }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
