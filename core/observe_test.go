@@ -41,7 +41,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		l.Take(ctx, tollgate.Request{Tenant: "t", Method: "GET", Route: "/api/hello"})
 	}
-	l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 11})              // can never pass: rejected
+	l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 11})            // can never pass: rejected
 	l.Take(ctx, tollgate.Request{Tenant: strings.Repeat("x", 300)}) // rejected
 	got := rec.outcomes()
 	if got[tollgate.OutcomeAllowed] != 10 || got[tollgate.OutcomeDenied] != 2 || got[tollgate.OutcomeRejected] != 2 {
