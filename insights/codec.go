@@ -13,9 +13,8 @@ import (
 // version or anyone with access to the store may have written it.
 //
 //	"TGI1" width:uvarint start:varint floor:uvarint total:uvarint n:uvarint record*n
-//	record = tenant:string plan:string 10*uvarint (weight, overcount, throttled,
-//	         throttledTokens, shadow, near, requests, tokens, peakSecond,
-//	         peakMinute) first:varint last:varint fit:varint nroutes:uvarint
+//	record = tenant:string plan:string 9*uvarint (weight, overcount, throttled,
+//	         throttledTokens, shadow, near, requests, peakSecond, peakMinute) first:varint last:varint fit:varint nroutes:uvarint
 //	         (method:string route:string throttled:uvarint)*nroutes
 //	string = length:uvarint bytes
 const codecMagic = "TGI1"
@@ -53,9 +52,9 @@ func encode(f *frozen) []byte {
 }
 
 // counts returns the tally's counts in their encoded order.
-func (t *tally) counts() [10]*int64 {
-	return [10]*int64{&t.weight, &t.overcount, &t.throttled, &t.throttledTokens, &t.shadow,
-		&t.near, &t.requests, &t.tokens, &t.peakSecond, &t.peakMinute}
+func (t *tally) counts() [9]*int64 {
+	return [9]*int64{&t.weight, &t.overcount, &t.throttled, &t.throttledTokens, &t.shadow,
+		&t.near, &t.requests, &t.peakSecond, &t.peakMinute}
 }
 
 func appendString(b []byte, s string) []byte {

@@ -39,6 +39,13 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"percent": func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
 	"when":    func(t time.Time) string { return t.Format("Jan 2 15:04 UTC") },
 	"iso":     func(t time.Time) string { return t.Format(time.RFC3339) },
+	// net/http's patterns carry their method already ("GET /api/hello").
+	"routeLabel": func(method, route string) string {
+		if method == "" || strings.HasPrefix(route, method+" ") {
+			return route
+		}
+		return method + " " + route
+	},
 }).Parse(pageSource))
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -178,7 +185,7 @@ func query(w Window, n int, format string) string {
 
 // sparkline lays out one bar per point of s, scaled to the largest.
 func sparkline(s []Point, step int64) chart {
-	c := chart{Width: 240, Height: 40}
+	c := chart{Width: 200, Height: 40}
 	for _, p := range s {
 		c.Max = max(c.Max, p.Throttled)
 	}

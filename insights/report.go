@@ -70,7 +70,8 @@ type Report struct {
 	// candidates only.
 	FleetError string `json:"fleet_error,omitempty"`
 
-	K int `json:"k"` // tenants kept per bucket
+	K         int     `json:"k"`          // tenants kept per bucket
+	NearLimit float64 `json:"near_limit"` // see WithNearLimit
 
 	// ThrottledTokens is every throttled token in the window, tracked
 	// tenants or not.
@@ -155,7 +156,7 @@ func (t *Tracker) Candidates(ctx context.Context, w Window, n int) (Report, erro
 	width := tiers[i].width
 	last := floorTo(now.Unix(), width)
 	first := last - int64(tiers[i].keep)*width
-	rep := Report{Window: w, From: time.Unix(first, 0).UTC(), To: now.UTC(), Step: width, K: t.k}
+	rep := Report{Window: w, From: time.Unix(first, 0).UTC(), To: now.UTC(), Step: width, K: t.k, NearLimit: t.nearLimit}
 
 	var slots []*frozen
 	if t.exchange != nil {

@@ -17,11 +17,12 @@ type route struct {
 	throttled     int64
 }
 
-// A tally is what the tracker counts of one tenant in one time bucket.
-// Every count but weight and overcount is exact from the moment the
-// tenant entered the bucket's summary: a tenant enters on its first
-// throttled request there, and leaves only when pushed out by heavier
-// ones.
+// A tally is what the tracker counts of one tenant in one time bucket. A
+// tenant enters the bucket's summary on its first throttled request there,
+// and leaves only when pushed out by heavier ones. Every count but weight
+// and overcount is exact from the moment it entered; requests and near
+// also hold what the bucket's sketches counted before (over-stated by a
+// little, if at all); the peaks start when it entered.
 type tally struct {
 	// weight is the Space-Saving count: the tokens of the tenant's
 	// throttled requests, over-estimated by at most overcount.
@@ -30,7 +31,7 @@ type tally struct {
 	throttled, throttledTokens int64 // denied and shadow-denied requests
 	shadow                     int64 // of which shadow-denied
 	near                       int64 // allowed requests that left little of the limit
-	requests, tokens           int64 // every decided request
+	requests                   int64 // every decided request
 
 	// peakSecond and peakMinute are the most tokens the tenant asked for
 	// in one clock second and one clock minute.
@@ -86,10 +87,15 @@ type summary struct {
 	heap    []int32 // min-heap of entry indices by weight
 	total   int64   // throttled tokens seen, tracked or not
 	plans   int     // the plans replayed in each entry
+
+	// requests and near count every tenant's requests, and those close
+	// to the limit, before it enters.
+	requests, near *sketch
 }
 
 func newSummary(k, plans int) *summary {
-	return &summary{k: k, plans: plans, index: make(map[string]int32, min(k, 1024))}
+	return &summary{k: k, plans: plans, index: make(map[string]int32, min(k, 1024)),
+		requests: newSketch(), near: newSketch()}
 }
 
 // fit returns the index of the smallest plan that would have allowed all of
@@ -113,6 +119,8 @@ func (s *summary) reset() {
 	s.entries = s.entries[:0]
 	s.heap = s.heap[:0]
 	s.total = 0
+	s.requests.reset()
+	s.near.reset()
 }
 
 // lookup returns the entry of tenant, or nil.
@@ -365,7 +373,6 @@ func combine(a, r *record, mode mergeMode) {
 	t.shadow += u.shadow
 	t.near += u.near
 	t.requests += u.requests
-	t.tokens += u.tokens
 	if mode == acrossReplicas {
 		t.peakSecond += u.peakSecond
 		t.peakMinute += u.peakMinute

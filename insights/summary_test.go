@@ -170,9 +170,9 @@ func TestRoutesAreBounded(t *testing.T) {
 func sampleFrozen() *frozen {
 	return &frozen{start: 1764633600, width: 3600, floor: 3, total: 99, records: []record{
 		{tenant: "loopy", plan: "free", tally: tally{weight: 50, overcount: 3, throttled: 40, throttledTokens: 47, shadow: 2, near: 9,
-			requests: 70, tokens: 80, peakSecond: 60, peakMinute: 75, first: 1764633600e9 + 5, last: 1764633700e9, fit: 2},
+			requests: 70, peakSecond: 60, peakMinute: 75, first: 1764633600e9 + 5, last: 1764633700e9, fit: 2},
 			routes: []route{{method: "GET", route: "/api/hello", throttled: 30}, {method: "POST", route: "/api/reports", throttled: 10}}},
-		{tenant: "<b>ünïcode</b>", plan: "", tally: tally{weight: 4, throttled: 4, throttledTokens: 4, requests: 4, tokens: 4, first: -1, last: 1, fit: -1}},
+		{tenant: "<b>ünïcode</b>", plan: "", tally: tally{weight: 4, throttled: 4, throttledTokens: 4, requests: 4, first: -1, last: 1, fit: -1}},
 	}}
 }
 

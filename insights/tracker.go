@@ -176,8 +176,8 @@ func New(opts ...Option) (*Tracker, error) {
 const noBucket = -1 << 62
 
 // Observe counts one decision. It implements tollgate.Observer: it takes one
-// lock, allocates nothing for a tenant already tracked, and keeps the
-// tenant's and the route's strings (tollgate's adapters hand over copies).
+// lock and allocates nothing; it keeps the tenant's and the route's strings
+// of the tenants it tracks (tollgate's adapters hand over copies).
 func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
 	if o.Tenant == "" || o.Outcome == 0 || o.Outcome == tollgate.OutcomeRejected {
 		return // never decided: nothing to count
@@ -191,17 +191,26 @@ func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
 	throttled := o.Outcome == tollgate.OutcomeDenied || o.Outcome == tollgate.OutcomeShadowDenied
 	cost := max(o.Cost, 1)
 
+	near := !throttled && o.Capacity > 0 && float64(o.Remaining) <= t.nearLimit*float64(o.Capacity) &&
+		(o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed)
+
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if now >= t.openEnd {
 		t.rotate(now)
 	}
-	e := t.open.lookup(o.Tenant)
+	s := t.open
+	e := s.lookup(o.Tenant)
 	if e == nil {
+		before := s.requests.add(o.Tenant)
+		if near {
+			s.near.add(o.Tenant)
+		}
 		if !throttled {
 			return
 		}
-		e = t.open.admit(o.Tenant, now)
+		e = s.admit(o.Tenant, now)
+		e.requests, e.near = before, s.near.count(o.Tenant)
 		t.startReplay(e, &o, now)
 	}
 	t.openDirty = true
@@ -210,21 +219,19 @@ func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
 	}
 	e.last = now
 	e.requests++
-	e.tokens += cost
 	e.meter(now, cost)
 	t.replay(e, now, cost)
 	switch {
 	case throttled:
-		t.open.total += cost
+		s.total += cost
 		e.throttled++
 		e.throttledTokens += cost
 		if o.Outcome == tollgate.OutcomeShadowDenied {
 			e.shadow++
 		}
 		e.addRoute(o.Method, o.Route)
-		t.open.addWeight(e, cost)
-	case o.Capacity > 0 && float64(o.Remaining) <= t.nearLimit*float64(o.Capacity) &&
-		(o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed):
+		s.addWeight(e, cost)
+	case near:
 		e.near++
 	}
 }
