@@ -104,7 +104,7 @@ func (t *Tracker) publishLoop() {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), t.flushEvery)
-			_ = t.Flush(ctx) // kept for Candidates to report
+			_ = t.Flush(ctx) // a failure is retried next time, and a read reports it
 			cancel()
 		}
 	}
@@ -163,25 +163,23 @@ func (t *Tracker) Flush(ctx context.Context) error {
 		touched = append(touched, t.openStart)
 		t.openDirty = false
 	}
-	var open *frozen
-	if len(touched) > 0 {
-		open = t.freezeOpen()
+	t.mu.Unlock()
+	if len(touched) == 0 {
+		return nil
 	}
 	var keys []slotKey
 	var parts [][]*frozen
+	loose := t.lockTiers()
 	for _, s := range touched {
 		for i := range tiers {
 			k := slotKey{i, floorTo(s, tiers[i].width)}
 			if !slices.Contains(keys, k) {
 				keys = append(keys, k)
-				parts = append(parts, t.slotParts(i, k.slot, open, nil))
+				parts = append(parts, t.slotParts(i, k.slot, loose, nil))
 			}
 		}
 	}
-	t.mu.Unlock()
-	if len(keys) == 0 {
-		return t.lastFlush
-	}
+	t.tiersMu.Unlock()
 
 	out := make([]BucketSummary, 0, len(keys))
 	for n, k := range keys {
@@ -200,7 +198,6 @@ func (t *Tracker) Flush(ctx context.Context) error {
 		t.mu.Unlock()
 		err = fmt.Errorf("insights: publishing to the exchange: %w", err)
 	}
-	t.lastFlush = err
 	return err
 }
 

@@ -228,8 +228,8 @@ func (e *entry) addRoute(method, path string) {
 }
 
 // A frozen is the summary of a closed bucket, or a merge of several: at most
-// k records by weight, descending. It is never changed once made, so
-// readers share it without locks.
+// k records, by weight, descending, if it is a merge (a merge sorts). It is
+// never changed once made, so readers share it without locks.
 type frozen struct {
 	start, width int64 // seconds since the Unix epoch; seconds
 	records      []record
@@ -255,7 +255,6 @@ func (s *summary) freeze(start, width int64) *frozen {
 		f.records[i] = record{tenant: e.tenant, plan: e.plan, tally: e.tally, routes: rs}
 		f.records[i].fit = s.fit(e)
 	}
-	sortRecords(f.records)
 	return f
 }
 

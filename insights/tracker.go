@@ -79,17 +79,21 @@ type Tracker struct {
 	replica    string
 	flushEvery time.Duration
 
+	// mu guards the open bucket, which every decision writes to, and what
+	// rotating it changes; tiersMu guards the tiers, and is taken before mu.
 	mu        sync.Mutex
 	open      *summary
 	openStart int64 // seconds; the open bucket's start
 	openEnd   int64 // nanoseconds; when the open bucket closes
 	openDirty bool  // the open bucket changed since its last publication
+	pending   []pendingBucket
+	spare     *summary // an empty summary for the next bucket
+	touched   []int64  // starts of 5-minute buckets changed since the last publication
+	tiersMu   sync.Mutex
 	tiers     [len(tiers)]tierState
-	touched   []int64 // starts of 5-minute buckets changed since the last publication
 
 	fleet     fleetCache
 	flushMu   sync.Mutex // one publication at a time
-	lastFlush error      // guarded by flushMu
 	stop      chan struct{}
 	stopped   chan struct{}
 	closeOnce sync.Once
@@ -195,10 +199,16 @@ func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
 		(o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed)
 
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if now >= t.openEnd {
-		t.rotate(now)
+	rotated := now >= t.openEnd && t.rotate(now)
+	t.count(&o, now, cost, throttled, near)
+	t.mu.Unlock()
+	if rotated {
+		go t.settle() // not on this request's time
 	}
+}
+
+// count counts o in the open bucket. t.mu must be held.
+func (t *Tracker) count(o *tollgate.Observation, now, cost int64, throttled, near bool) {
 	s := t.open
 	e := s.lookup(o.Tenant)
 	if e == nil {
@@ -211,7 +221,7 @@ func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
 		}
 		e = s.admit(o.Tenant, now)
 		e.requests, e.near = before, s.near.count(o.Tenant)
-		t.startReplay(e, &o, now)
+		t.startReplay(e, o, now)
 	}
 	t.openDirty = true
 	if o.Plan != "" {
@@ -274,29 +284,75 @@ func (t *Tracker) replay(e *entry, now, cost int64) {
 	}
 }
 
-// rotate closes the open bucket and opens the one that holds now. A
-// decision stamped before the open bucket (a request that started just
-// before a boundary) is counted in the open one.
-func (t *Tracker) rotate(now int64) {
+// rotate opens the bucket that holds now and reports whether it set the
+// closed one aside, in t.pending, for settle to merge into the tiers on
+// another goroutine: merging takes milliseconds, which no decision should
+// wait for; until then, reads take the pending buckets as they are. A decision stamped before the open bucket (a request that
+// started just before a boundary) is counted in the open one. t.mu must be
+// held.
+func (t *Tracker) rotate(now int64) bool {
 	start := floorTo(floorDiv(now, 1e9), tiers[0].width)
 	if start <= t.openStart {
 		t.openEnd = (t.openStart + tiers[0].width) * 1e9
-		return
+		return false
 	}
 	if t.openDirty {
 		t.touched = append(t.touched, t.openStart)
 		t.openDirty = false
 	}
-	if len(t.open.entries) > 0 {
-		t.close(0, t.open.freeze(t.openStart, tiers[0].width))
+	closed := len(t.open.entries) > 0
+	if closed {
+		t.pending = append(t.pending, pendingBucket{start: t.openStart, sum: t.open})
+		if t.spare != nil {
+			t.open, t.spare = t.spare, nil
+		} else {
+			t.open = newSummary(t.k, len(t.plans))
+		}
+	} else {
+		t.open.reset()
 	}
-	t.open.reset()
 	t.openStart, t.openEnd = start, (start+tiers[0].width)*1e9
 	t.trimTouched()
+	return closed
+}
+
+// A pendingBucket is a closed 5-minute bucket not yet merged into the tiers.
+// Nothing writes to its summary any more.
+type pendingBucket struct {
+	start int64
+	sum   *summary
+}
+
+// settle merges the pending buckets into the tiers, and keeps the last
+// one's summary, emptied, as the next spare.
+func (t *Tracker) settle() {
+	t.tiersMu.Lock()
+	defer t.tiersMu.Unlock()
+	t.mu.Lock()
+	pending := slices.Clone(t.pending)
+	t.mu.Unlock()
+	if len(pending) == 0 {
+		return // another goroutine settled them
+	}
+	for _, p := range pending {
+		t.close(0, p.sum.freeze(p.start, tiers[0].width))
+	}
+	t.mu.Lock()
+	t.pending = slices.Delete(t.pending, 0, len(pending))
+	t.mu.Unlock()
+	// Readers look at pending summaries only while holding tiersMu, so
+	// none is looking now.
+	last := pending[len(pending)-1].sum
+	last.reset()
+	t.mu.Lock()
+	if t.spare == nil {
+		t.spare = last
+	}
+	t.mu.Unlock()
 }
 
 // close files f, a closed bucket of tier i, and merges it into the tier
-// above.
+// above. t.tiersMu must be held.
 func (t *Tracker) close(i int, f *frozen) {
 	ts := &t.tiers[i]
 	ts.closed = append(ts.closed, f)
@@ -330,11 +386,11 @@ func (t *Tracker) trimTouched() {
 }
 
 // slotParts returns the buckets, frozen, that hold what the Tracker counted
-// in the tier-i bucket starting at slot; open is the open bucket frozen,
-// or nil. Each decision is in exactly one of them: a closed bucket has
-// been merged into the tier above, the bucket in progress of a tier not
-// yet. t.mu must be held.
-func (t *Tracker) slotParts(i int, slot int64, open *frozen, parts []*frozen) []*frozen {
+// in the tier-i bucket starting at slot; loose are the 5-minute buckets not
+// yet merged into the tiers (see view). Each decision is in exactly one of
+// them: a closed bucket has been merged into the tier above, the bucket in
+// progress of a tier not yet. t.tiersMu must be held.
+func (t *Tracker) slotParts(i int, slot int64, loose []*frozen, parts []*frozen) []*frozen {
 	ts := &t.tiers[i]
 	for _, b := range ts.closed {
 		if b.start == slot {
@@ -349,19 +405,35 @@ func (t *Tracker) slotParts(i int, slot int64, open *frozen, parts []*frozen) []
 			parts = append(parts, c)
 		}
 	}
-	if open != nil && floorTo(open.start, tiers[i].width) == slot {
-		parts = append(parts, open)
+	for _, b := range loose {
+		if floorTo(b.start, tiers[i].width) == slot {
+			parts = append(parts, b)
+		}
 	}
 	return parts
 }
 
-// freezeOpen returns the open bucket frozen, or nil if it is empty. t.mu
-// must be held.
-func (t *Tracker) freezeOpen() *frozen {
-	if len(t.open.entries) == 0 {
-		return nil
+// lockTiers takes t.tiersMu, which the caller must release, and returns the
+// 5-minute buckets not yet merged into the tiers, frozen: the pending ones
+// and the open one. It holds t.mu, which decisions wait for, only to copy
+// the open bucket.
+func (t *Tracker) lockTiers() []*frozen {
+	t.tiersMu.Lock()
+	t.mu.Lock()
+	var open *frozen
+	if len(t.open.entries) > 0 {
+		open = t.open.freeze(t.openStart, tiers[0].width)
 	}
-	return t.open.freeze(t.openStart, tiers[0].width)
+	pending := slices.Clone(t.pending)
+	t.mu.Unlock()
+	loose := make([]*frozen, 0, len(pending)+1)
+	for _, p := range pending {
+		loose = append(loose, p.sum.freeze(p.start, tiers[0].width))
+	}
+	if open != nil {
+		loose = append(loose, open)
+	}
+	return loose
 }
 
 // composite merges the parts of one slot into the slot's bucket.
@@ -382,12 +454,11 @@ func (t *Tracker) composite(i int, slot int64, parts []*frozen) *frozen {
 func (t *Tracker) localSlots(i int, first, last int64) []*frozen {
 	w := tiers[i].width
 	partsBySlot := make([][]*frozen, (last-first)/w+1)
-	t.mu.Lock()
-	open := t.freezeOpen()
+	loose := t.lockTiers()
 	for n := range partsBySlot {
-		partsBySlot[n] = t.slotParts(i, first+int64(n)*w, open, nil)
+		partsBySlot[n] = t.slotParts(i, first+int64(n)*w, loose, nil)
 	}
-	t.mu.Unlock()
+	t.tiersMu.Unlock()
 	out := make([]*frozen, len(partsBySlot))
 	for n, parts := range partsBySlot {
 		out[n] = t.composite(i, first+int64(n)*w, parts)
@@ -406,6 +477,8 @@ type Stats struct {
 // Stats reports what t holds now. It is for tests and monitoring; it takes
 // the lock that decisions take, briefly.
 func (t *Tracker) Stats() Stats {
+	t.tiersMu.Lock()
+	defer t.tiersMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := Stats{K: t.k}
@@ -415,6 +488,9 @@ func (t *Tracker) Stats() Stats {
 		s.MaxEntries = max(s.MaxEntries, n)
 	}
 	add(len(t.open.entries))
+	for _, p := range t.pending {
+		add(len(p.sum.entries))
+	}
 	for i := range t.tiers {
 		if c := t.tiers[i].current; c != nil {
 			add(len(c.records))
