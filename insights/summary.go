@@ -88,14 +88,13 @@ type summary struct {
 	total   int64   // throttled tokens seen, tracked or not
 	plans   int     // the plans replayed in each entry
 
-	// requests and near count every tenant's requests, and those close
-	// to the limit, before it enters.
-	requests, near *sketch
+	// untracked counts the tenants not tracked yet.
+	untracked *sketch
 }
 
 func newSummary(k, plans int) *summary {
 	return &summary{k: k, plans: plans, index: make(map[string]int32, min(k, 1024)),
-		requests: newSketch(), near: newSketch()}
+		untracked: newSketch()}
 }
 
 // fit returns the index of the smallest plan that would have allowed all of
@@ -119,8 +118,7 @@ func (s *summary) reset() {
 	s.entries = s.entries[:0]
 	s.heap = s.heap[:0]
 	s.total = 0
-	s.requests.reset()
-	s.near.reset()
+	s.untracked.reset()
 }
 
 // lookup returns the entry of tenant, or nil.

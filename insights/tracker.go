@@ -212,15 +212,15 @@ func (t *Tracker) count(o *tollgate.Observation, now, cost int64, throttled, nea
 	s := t.open
 	e := s.lookup(o.Tenant)
 	if e == nil {
-		before := s.requests.add(o.Tenant)
-		if near {
-			s.near.add(o.Tenant)
-		}
+		sec, minute := now/1e9, now/60e9
+		before := s.untracked.add(s.untracked.locate(o.Tenant), uint32(sec), uint32(minute), cost, near)
 		if !throttled {
 			return
 		}
 		e = s.admit(o.Tenant, now)
-		e.requests, e.near = before, s.near.count(o.Tenant)
+		e.requests, e.near = before.requests, before.near
+		e.second, e.secondTokens, e.peakSecond = sec, before.secondTokens, before.secondTokens
+		e.minute, e.minuteTokens, e.peakMinute = minute, before.minuteTokens, before.minuteTokens
 		t.startReplay(e, o, now)
 	}
 	t.openDirty = true

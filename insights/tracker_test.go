@@ -68,8 +68,12 @@ type tally struct{ allowed, throttled, shadow int64 }
 func flood(t *testing.T, l *tollgate.Limiter, tenant, route string, cost int64, n int) tally {
 	t.Helper()
 	var got tally
+	method := "GET"
+	if m, _, ok := strings.Cut(route, " "); ok {
+		method = m // a net/http pattern, "POST /api/reports"
+	}
 	for range n {
-		d, err := l.Take(context.Background(), tollgate.Request{Tenant: tenant, Cost: cost, Method: "GET", Route: route})
+		d, err := l.Take(context.Background(), tollgate.Request{Tenant: tenant, Cost: cost, Method: method, Route: route})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,10 +128,11 @@ func TestAFloodingTenantComesFirst(t *testing.T) {
 	if top.Requests != 305 || top.ThrottledShare != float64(throttled)/305 {
 		t.Fatalf("loopy: %d requests, share %v; want 305, %v", top.Requests, top.ThrottledShare, float64(throttled)/305)
 	}
-	// Every request of loopy in the first second after it was tracked:
-	// 280 tokens; free (22 a second) and startup (110) are too small.
-	if top.PeakTokensPerSecond != loopy.throttled || top.PeakTokensPerMinute != loopy.throttled+50 {
-		t.Fatalf("loopy peaks %d/s, %d/min; want %d, %d", top.PeakTokensPerSecond, top.PeakTokensPerMinute, loopy.throttled, loopy.throttled+50)
+	// Every token loopy asked for, before it was tracked too: 300 in the
+	// first second, 350 in the minute; free (22 a second) and startup (110)
+	// are too small.
+	if top.PeakTokensPerSecond != 300 || top.PeakTokensPerMinute != 350 {
+		t.Fatalf("loopy peaks %d/s, %d/min; want 300, 350", top.PeakTokensPerSecond, top.PeakTokensPerMinute)
 	}
 	if top.SuggestedPlan != "growth" || top.OutgrowsPlans {
 		t.Fatalf("loopy: suggested %q (outgrows %v), want growth", top.SuggestedPlan, top.OutgrowsPlans)
@@ -294,7 +299,7 @@ func TestMillionTenantsStayUnderK(t *testing.T) {
 	}
 	check := func(when string) {
 		st := tr.Stats()
-		if st.MaxEntries > k || st.K != k || st.Buckets > 13+26+30 {
+		if st.MaxEntries > k || st.K != k || st.Buckets > 1+1+13+26+30 { // open, pending, then each tier's closed and current
 			t.Fatalf("%s: %+v: a bucket holds more than k, or too many buckets", when, st)
 		}
 		t.Logf("%s: %+v", when, st)
