@@ -132,6 +132,22 @@ func TestHandlerEscapesTenants(t *testing.T) {
 	}
 }
 
+func TestLongNamesStayPublishable(t *testing.T) {
+	x, _, _ := newExchange(t)
+	c := newClock(monday)
+	tr := newTracker(t, c, insights.WithExchange(x, "a"), insights.WithFlushInterval(time.Hour))
+	long := strings.Repeat("é", 3000)
+	tr.Observe(context.Background(), tollgate.Observation{Tenant: "t", Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1, Method: long, Route: long})
+	tr.Observe(context.Background(), tollgate.Observation{Tenant: strings.Repeat("x", tollgate.MaxTenantLength+1), Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1})
+	rep := candidates(t, tr, insights.LastHour)
+	if !rep.Fleet || len(rep.Candidates) != 1 {
+		t.Fatalf("%+v", rep)
+	}
+	if r := rep.Candidates[0].Routes[0].Route; len(r) > 200 || !strings.HasPrefix(long, r) {
+		t.Fatalf("route kept as %d bytes", len(r))
+	}
+}
+
 func TestHandlerEmptyWindow(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c)

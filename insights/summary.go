@@ -3,6 +3,7 @@ package insights
 import (
 	"cmp"
 	"slices"
+	"unicode/utf8"
 )
 
 // maxRoutes bounds the routes kept per tenant and bucket: enough to say
@@ -202,10 +203,27 @@ func (e *entry) meter(now, cost int64) {
 	e.peakMinute = max(e.peakMinute, e.minuteTokens)
 }
 
+// maxRouteLength bounds the route and method names kept: router patterns
+// are short, and a summary must stay small and decodable by every replica.
+const maxRouteLength = 200
+
+// clip shortens s to at most maxRouteLength bytes, at a rune boundary.
+func clip(s string) string {
+	if len(s) <= maxRouteLength {
+		return s
+	}
+	n := maxRouteLength
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 // addRoute counts a throttled request on method and path. When the routes
 // are full, the least throttled is replaced and its count inherited, as in
 // the summary itself, so the busiest routes stay.
 func (e *entry) addRoute(method, path string) {
+	method, path = clip(method), clip(path)
 	least := 0
 	for i := 0; i < e.nroutes; i++ {
 		r := &e.routes[i]

@@ -183,8 +183,8 @@ const noBucket = -1 << 62
 // lock and allocates nothing; it keeps the tenant's and the route's strings
 // of the tenants it tracks (tollgate's adapters hand over copies).
 func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
-	if o.Tenant == "" || o.Outcome == 0 || o.Outcome == tollgate.OutcomeRejected {
-		return // never decided: nothing to count
+	if o.Tenant == "" || len(o.Tenant) > tollgate.MaxTenantLength || o.Outcome == 0 || o.Outcome == tollgate.OutcomeRejected {
+		return // never decided (a Limiter refuses such tenants): nothing to count
 	}
 	var now int64
 	if t.testClock || o.Time.IsZero() {
