@@ -112,8 +112,8 @@ func (t *Tracker) publishLoop() {
 
 // Close stops the background publication of a Tracker with an Exchange,
 // after publishing one last time so that the fleet keeps this replica's
-// latest counts. It returns that publication's error. Without an Exchange
-// it does nothing.
+// latest counts. It returns that publication's error, or an error if called
+// again. Without an Exchange it does nothing.
 func (t *Tracker) Close() error {
 	if t.exchange == nil {
 		return nil

@@ -85,11 +85,12 @@ type Candidate struct {
 	Tenant string `json:"tenant"`
 	Plan   string `json:"plan"` // the plan of its latest request
 
-	// SuggestedPlan is the smallest known plan whose token bucket holds
-	// the tenant's peaks (see WithPlans): it may be the tenant's own plan,
-	// or a smaller one, when the throttling came from another policy or
-	// from bursts the peak meters do not see. It is "" when no plan is
-	// known or none is large enough; OutgrowsPlans then tells which.
+	// SuggestedPlan is the smallest known plan (see WithPlans) whose token
+	// bucket would have allowed every request of the tenant that the
+	// tracker saw, replayed on it, and holds its peaks. It may be the
+	// tenant's own plan, when the throttling came from another of its
+	// policies (a quota, a budget). It is "" when no plan is known or none
+	// is large enough; OutgrowsPlans then tells which.
 	SuggestedPlan string `json:"suggested_plan,omitempty"`
 	OutgrowsPlans bool   `json:"outgrows_plans,omitempty"`
 
@@ -100,17 +101,19 @@ type Candidate struct {
 	ThrottledTokens int64 `json:"throttled_tokens"`
 	Overcount       int64 `json:"overcount"`
 
-	// The requests counted while the tenant was tracked: every one,
-	// those throttled (denied or shadow-denied), those shadow-denied, and
-	// the allowed ones that left at most the near-limit share of a limit.
+	// The tenant's requests: every one, those throttled (denied or
+	// shadow-denied), those shadow-denied, and the allowed ones that left
+	// at most the near-limit share of a limit. Throttled ones are counted
+	// exactly; the others before the tenant's first throttled request in
+	// a bucket come from a sketch, which may over-state them slightly.
 	Requests          int64   `json:"requests"`
 	ThrottledRequests int64   `json:"throttled_requests"`
 	ShadowDenied      int64   `json:"shadow_denied_requests"`
 	NearLimitRequests int64   `json:"near_limit_requests"`
 	ThrottledShare    float64 `json:"throttled_share"` // ThrottledRequests / Requests
 
-	// The most tokens asked for in one clock second and one clock minute,
-	// whether allowed or not.
+	// The most tokens the tenant asked for in one clock second and one
+	// clock minute, whether allowed or not; summed over the replicas.
 	PeakTokensPerSecond int64 `json:"peak_tokens_per_second"`
 	PeakTokensPerMinute int64 `json:"peak_tokens_per_minute"`
 

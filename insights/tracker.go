@@ -55,9 +55,9 @@ type tierState struct {
 // tollgate.WithObserver, and it counts each tenant's throttled requests
 // (denied and shadow-denied), weighted by cost, in a Space-Saving summary of
 // at most k tenants per time bucket, whatever the number of tenants. For the
-// tenants it tracks it also counts every request, the requests that left
-// less than a tenth of the limit (WithNearLimit), the peak demand, the
-// routes and when they were first and last seen. Candidates reports them
+// tenants it tracks it also counts every request, the requests that left at
+// most a tenth of the limit (WithNearLimit), the peak demand, the routes and
+// when they were first and last seen. Candidates reports them
 // over the last hour, day or week, with the smallest plan that would have
 // served each one's peak (WithPlans).
 //
@@ -112,10 +112,10 @@ func WithCapacity(k int) Option {
 	return func(t *Tracker) { t.k = k }
 }
 
-// WithPlans gives the plans a tenant could be moved to, such as
+// WithPlans gives the plans a tenant could be moved to, at most 16, such as
 // tollgate.DefaultPlans() or a StaticResolver's Plans(): each candidate
-// comes with the smallest of them that would have served its peak demand.
-// Without plans no plan is suggested.
+// comes with the smallest of them (by rate, then burst) that would have
+// served it. Without plans no plan is suggested.
 func WithPlans(plans []tollgate.Plan) Option {
 	return func(t *Tracker) { t.plans = append([]tollgate.Plan(nil), plans...) }
 }
@@ -474,8 +474,9 @@ type Stats struct {
 	MaxEntries int // entries of the fullest bucket; never above K
 }
 
-// Stats reports what t holds now. It is for tests and monitoring; it takes
-// the lock that decisions take, briefly.
+// Stats reports what t holds now (beside the open bucket's 384 KiB sketch).
+// It is for tests and monitoring; it takes the lock that decisions take,
+// briefly.
 func (t *Tracker) Stats() Stats {
 	t.tiersMu.Lock()
 	defer t.tiersMu.Unlock()
@@ -513,7 +514,7 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// errClosed is returned by a Tracker's publication after Close.
+// errClosed is what Close returns when called again.
 var errClosed = errors.New("insights: the Tracker is closed")
 
 // isNil reports whether v is nil or a nil pointer, map, func or the like
