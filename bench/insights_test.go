@@ -27,7 +27,9 @@ import (
 //   - BenchmarkInsightsObserve calls Observe alone; BenchmarkInsightsDecision
 //     times whole Limiter decisions of tenants over their limit (memory
 //     store), so the difference between lib=insights and lib=none is what
-//     the tracker adds to a throttled decision.
+//     the tracker adds to a throttled decision, and lib=nop (an Observer
+//     that does nothing) shows how much of that is the Limiter's
+//     observation point rather than the tracker.
 //   - Tenant names are built before the timer starts.
 
 // insightsObserver is one contender: an Observer and how to read what it holds.
@@ -62,6 +64,11 @@ func (c *throttleCounts) Observe(_ context.Context, o tollgate.Observation) {
 	c.m[o.Tenant] += o.Cost
 	c.mu.Unlock()
 }
+
+// nopObserver observes and does nothing.
+type nopObserver struct{}
+
+func (nopObserver) Observe(context.Context, tollgate.Observation) {}
 
 func tenantNames(n int) []string {
 	names := make([]string, n)
@@ -140,7 +147,8 @@ var insightsSlowPlan = tollgate.Plan{Name: "slow", Limit: tollgate.Limit{Rate: 1
 // an observer and with each contender.
 func BenchmarkInsightsDecision(b *testing.B) {
 	names := tenantNames(1000)
-	contenders := append([]insightsObserver{{"none", nil}}, insightsObservers...)
+	contenders := append([]insightsObserver{{"none", nil},
+		{"nop", func(*testing.B) tollgate.Observer { return nopObserver{} }}}, insightsObservers...)
 	for _, ob := range contenders {
 		b.Run("case=throttled/lib="+ob.name, func(b *testing.B) {
 			opts := []tollgate.Option{tollgate.WithLogger(nil)}
