@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,6 +128,46 @@ func TestTwoReplicasShowTheSameCandidates(t *testing.T) {
 		if n := client.HLen(context.Background(), k).Val(); n < 1 || n > 2 {
 			t.Fatalf("%s: %d fields", k, n)
 		}
+	}
+}
+
+// countingExchange counts the buckets a Tracker asks for.
+type countingExchange struct {
+	insights.Exchange
+	asked atomic.Int64
+}
+
+func (c *countingExchange) Collect(ctx context.Context, buckets []string) ([]map[string][]byte, error) {
+	c.asked.Add(int64(len(buckets)))
+	return c.Exchange.Collect(ctx, buckets)
+}
+
+func TestFinishedBucketsAreReadOnce(t *testing.T) {
+	x, _, _ := newExchange(t)
+	cx := &countingExchange{Exchange: x}
+	c := newClock(monday)
+	a := newTracker(t, c, insights.WithExchange(cx, "a"), insights.WithFlushInterval(time.Minute))
+	b := newTracker(t, c, insights.WithExchange(x, "b"), insights.WithFlushInterval(time.Minute))
+	la, lb := newLimiter(t, a), newLimiter(t, b)
+	for range 24 {
+		flood(t, la, "loopy", "/api/hello", 1, 30)
+		flood(t, lb, "initech", "/api/hello", 1, 110)
+		c.add(time.Hour)
+		if err := b.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := candidates(t, a, insights.LastDay)
+	cx.asked.Store(0)
+	again := candidates(t, a, insights.LastDay)
+	// Every hour but the last two is finished (its end more than two
+	// flush intervals and 30 s ago): only those are read again.
+	if n := cx.asked.Load(); n != 2 {
+		t.Fatalf("the second read asked for %d buckets, want 2", n)
+	}
+	sameCandidates(t, insights.LastDay, first, again)
+	if len(again.Candidates) != 2 || again.Candidates[0].ThrottledRequests < 24*9 {
+		t.Fatalf("%+v", again.Candidates)
 	}
 }
 
