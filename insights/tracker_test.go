@@ -24,10 +24,9 @@ func newClock(t time.Time) *clock {
 	return c
 }
 
-func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) add(d time.Duration)     { c.ns.Add(int64(d)) }
-func (c *clock) set(t time.Time)         { c.ns.Store(t.UnixNano()) }
-func (c *clock) since(t time.Time) int64 { return c.ns.Load() - t.UnixNano() }
+func (c *clock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *clock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
 
 // monday is 09:00:30 UTC on a Monday, 30 seconds into a 5-minute bucket.
 var monday = time.Date(2026, 11, 30, 9, 0, 30, 0, time.UTC)
