@@ -28,7 +28,7 @@ import (
 // of 20 requests per 10 s, the same 2 requests a second in the long run and
 // the same 20 at once.
 var (
-	plan         = tollgate.Free
+	plan         = defaultPlan("free")
 	windowLength = time.Duration(plan.Limit.Burst) * time.Duration(float64(time.Second)/plan.Limit.Rate)
 	windowQuota  = plan.Limit.Burst
 	horizon      = 30 * time.Second
@@ -44,6 +44,16 @@ const (
 	loopStart  = 15 * time.Second
 	loopGap    = 250 * time.Millisecond
 )
+
+// defaultPlan returns the default plan called name.
+func defaultPlan(name string) tollgate.Plan {
+	for _, p := range tollgate.DefaultPlans() {
+		if p.Name == name {
+			return p
+		}
+	}
+	panic("plot: no default plan " + name)
+}
 
 // requests returns the instants the client sends its requests.
 func requests() []time.Duration {
