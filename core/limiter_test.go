@@ -279,11 +279,13 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 	var typedNil *memory.Store
 	var typedNilResolver *tollgate.StaticResolver
 	cases := map[string]func() (*tollgate.Limiter, error){
-		"nil store":           func() (*tollgate.Limiter, error) { return tollgate.New(nil, free) },
-		"typed-nil store":     func() (*tollgate.Limiter, error) { return tollgate.New(typedNil, free) },
-		"nil resolver":        func() (*tollgate.Limiter, error) { return tollgate.New(store, nil) },
-		"typed-nil resolver":  func() (*tollgate.Limiter, error) { return tollgate.New(store, typedNilResolver) },
-		"typed-nil fallback":  func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithFallbackStore(typedNil)) },
+		"nil store":          func() (*tollgate.Limiter, error) { return tollgate.New(nil, free) },
+		"typed-nil store":    func() (*tollgate.Limiter, error) { return tollgate.New(typedNil, free) },
+		"nil resolver":       func() (*tollgate.Limiter, error) { return tollgate.New(store, nil) },
+		"typed-nil resolver": func() (*tollgate.Limiter, error) { return tollgate.New(store, typedNilResolver) },
+		"typed-nil fallback": func() (*tollgate.Limiter, error) {
+			return tollgate.New(store, free, tollgate.WithFallbackStore(typedNil))
+		},
 		"bad policy":          func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithFailurePolicy(7)) },
 		"zero store timeout":  func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithStoreTimeout(0)) },
 		"zero resolver bound": func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithResolverTimeout(-1)) },

@@ -67,10 +67,10 @@ type Spec[C any] struct {
 // A Framework is what an adapter tells Build about its framework's
 // requests. Every function is required but Route.
 type Framework[C any] struct {
-	Context func(c C) context.Context    // the request's context, for the store call
-	Method  func(c C) string             // the request method, for events
+	Context func(c C) context.Context     // the request's context, for the store call
+	Method  func(c C) string              // the request method, for events
 	Header  func(c C, name string) string // a request header, for the default tenant
-	Route   func(c C) string             // the matched route pattern, for the default Route
+	Route   func(c C) string              // the matched route pattern, for the default Route
 }
 
 // A Handler decides on the requests of one framework as a Spec says. Build
