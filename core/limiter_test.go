@@ -73,7 +73,7 @@ func newModelLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate
 	t.Helper()
 	clock := storetest.NewClock()
 	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil)}, opts...)
-	l, err := tollgate.New(storetest.NewModel(clock.Now), plans, opts...)
+	l, err := tollgate.New(storetest.NewModelStore(clock.Now), plans, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func newKit(t *testing.T, newServer NewServer, store tollgate.Store, opts ...tol
 		t.Fatal(err)
 	}
 	if store == nil {
-		store = storetest.NewModel(clock.Now)
+		store = storetest.NewModelStore(clock.Now)
 	}
 	events := &Events{}
 	opts = append([]tollgate.Option{WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)

@@ -39,7 +39,7 @@ func RunClientIP(t *testing.T, newServer NewClientIPServer) {
 			prefixes = append(prefixes, netip.MustParsePrefix(p))
 		}
 		clock := storetest.NewClock()
-		l, err := tollgate.New(storetest.NewModel(clock.Now), tollgate.SinglePlan(ipPlan),
+		l, err := tollgate.New(storetest.NewModelStore(clock.Now), tollgate.SinglePlan(ipPlan),
 			WithClock(clock.Now), tollgate.WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)

@@ -49,7 +49,7 @@ func (ev *Events) Last(t *testing.T) tollgate.ThrottleEvent {
 }
 
 // NewLimiter returns a Limiter for an adapter's own tests: the reference
-// store (storetest.Model) and the Limiter on one stopped clock (returned, to
+// store (storetest.ModelStore) and the Limiter on one stopped clock (returned, to
 // move it), plans for every tenant, no logging, and its throttle events
 // recorded in the returned Events. opts come after those settings and may
 // override them.
@@ -58,7 +58,7 @@ func NewLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.Opti
 	clock := storetest.NewClock()
 	ev := &Events{}
 	opts = append([]tollgate.Option{WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(ev.Record)}, opts...)
-	l, err := tollgate.New(storetest.NewModel(clock.Now), plans, opts...)
+	l, err := tollgate.New(storetest.NewModelStore(clock.Now), plans, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,17 +109,51 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// newStore returns a Store over client. Its timeout is 5s unless opts say
-// otherwise: the tests that are not about timeouts must not fail because a
-// shared machine stalls for 50ms.
+// newStore returns a Store over client, and deletes every key under its
+// prefix when the test ends.
 func newStore(t testing.TB, client redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(client, append([]redisstore.Option{redisstore.WithTimeout(5 * time.Second)}, opts...)...)
+	s, err := redisstore.New(client, append([]redisstore.Option{redisstore.WithLogger(nil)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cleanPrefix(t, client, redisstore.PrefixOf(s))
 	return s
 }
+
+// cleanPrefix deletes every key under prefix when the test ends.
+func cleanPrefix(t testing.TB, client redis.UniversalClient, prefix string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		del := func(ctx context.Context, c *redis.Client) error {
+			it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for it.Next(ctx) {
+				c.Del(ctx, it.Val())
+			}
+			return it.Err()
+		}
+		switch c := client.(type) {
+		case *redis.ClusterClient:
+			_ = c.ForEachMaster(ctx, del)
+		case *redis.Client:
+			_ = del(ctx, c)
+		case otherClient:
+			if c, ok := c.UniversalClient.(*redis.Client); ok {
+				_ = del(ctx, c)
+			}
+		}
+	})
+}
+
+// patient is a context whose deadline is always five seconds away: the
+// tests that are not about timeouts must not fail because a shared machine
+// stalls for 50ms, the Store's default timeout.
+type patient struct{ context.Context }
+
+func (patient) Deadline() (time.Time, bool) { return time.Now().Add(5 * time.Second), true }
+
+var bg context.Context = patient{context.Background()}
 
 // quietLogger drops go-redis's log lines: the failure tests make it log
 // every refused connection.
@@ -163,4 +197,17 @@ func (p *jitterProbe) Stop() time.Duration {
 	close(p.stop)
 	<-p.done
 	return time.Duration(p.worst.Load())
+}
+
+// waitListening waits until s listens for resets, so that its denial cache
+// answers.
+func waitListening(t testing.TB, s *redisstore.Store) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !redisstore.Listening(s) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Store did not subscribe to resets within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

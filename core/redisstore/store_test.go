@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -17,8 +16,6 @@ import (
 	"github.com/tollgate-go/tollgate/core/storetest"
 )
 
-var bg = context.Background()
-
 // runAccuracy has 64 goroutines, spread over one Store per client, hammer
 // one tenant for d on the server's real clock. The tokens allowed must never
 // exceed Burst + Rate x elapsed and must fall short of it by at most 5%.
@@ -29,7 +26,7 @@ func runAccuracy(t *testing.T, clients []redis.UniversalClient, d time.Duration)
 	var stores []*redisstore.Store
 	for _, c := range clients {
 		// The timeout is generous: this test is about counting.
-		stores = append(stores, newStore(t, c, redisstore.WithPrefix(prefix), redisstore.WithTimeout(time.Second)))
+		stores = append(stores, newStore(t, c, redisstore.WithPrefix(prefix)))
 	}
 	var allowed, failed atomic.Int64
 	var firstErr atomic.Value
@@ -111,7 +108,7 @@ func runManyTenants(t *testing.T, client redis.UniversalClient) {
 	limit := tollgate.Limit{Rate: 1, Burst: 3}
 	clock := storetest.NewClock()
 	s := newStore(t, client, redisstore.WithPrefix(testPrefix(t)), redisstore.WithTestClock(clock.Now),
-		redisstore.WithTimeout(5*time.Second), redisstore.WithDenialCache(0))
+		redisstore.WithDenialCache(0))
 	var allowed [tenants]atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -156,7 +153,7 @@ func testCoalescing(t *testing.T, ctxTimeout bool) {
 	t.Cleanup(func() { client.Close() })
 	h := &countHook{}
 	client.AddHook(h)
-	s := newStore(t, client, redisstore.WithPrefix(testPrefix(t)), redisstore.WithTimeout(5*time.Second))
+	s := newStore(t, client, redisstore.WithPrefix(testPrefix(t)))
 	limit := tollgate.Limit{Rate: 1e5, Burst: 1e6} // never denies: every Take goes to Redis
 
 	const workers, each = 64, 40
@@ -218,6 +215,12 @@ func TestDenialCache(t *testing.T) {
 	if r := take(a, free, 5); !r.Allowed {
 		t.Fatalf("first Take denied: %+v", r)
 	}
+	// The cache answers once the Store listens for resets; it forgets
+	// what it learned before, so one more denial comes from Redis.
+	waitListening(t, a)
+	if r := take(a, free, 1); r.Allowed {
+		t.Fatalf("second Take allowed: %+v", r)
+	}
 	trips := h.roundTrips.Load()
 	// For the next 500ms the bucket holds less than a token: every answer
 	// comes from the cache and equals Redis's own.
@@ -269,6 +272,17 @@ func TestDenialCacheFlood(t *testing.T) {
 	var allowed, denied atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
+	// The first request is allowed; the cache answers once the Store
+	// listens for resets.
+	if r, err := s.Take(bg, "looping-tenant", limit, 1); err != nil || !r.Allowed {
+		t.Fatalf("first Take: %+v, %v", r, err)
+	}
+	allowed.Add(1)
+	if r, err := s.Take(bg, "looping-tenant", limit, 1); err != nil || r.Allowed {
+		t.Fatalf("second Take: %+v, %v", r, err)
+	}
+	waitListening(t, s)
+	h.roundTrips.Store(0)
 	for range 16 {
 		wg.Add(1)
 		go func() {
@@ -327,7 +341,7 @@ func TestTTLHygiene(t *testing.T) {
 	client := newClient(t)
 	prefix := testPrefix(t)
 	// Every Take reaches Redis.
-	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithDenialCache(0), redisstore.WithTimeout(time.Second))
+	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithDenialCache(0))
 	limits := []tollgate.Limit{
 		{Rate: 50, Burst: 10}, // 200ms to refill
 		{Rate: 100, Burst: 5}, // 50ms
