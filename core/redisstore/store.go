@@ -318,10 +318,24 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 // OpCancel that gives tokens back are announced to every Store with the same
 // prefix, whose denial caches forget the tenant.
 func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
-	c := &call{op: op, tenant: redisKey(s.prefix, op.Key)}
+	// The call works on a copy of op: its round trip goes on after a
+	// caller that gave up has returned, and must not touch an Op that the
+	// caller may be using again (the Limiter recycles them).
+	c := &call{tenant: redisKey(s.prefix, op.Key)}
+	c.takeOp = *op
+	c.takeOp.Rules = append(c.ownRules[:0], op.Rules...)
+	c.takeOp.Results = c.ownResults[:0]
+	c.takeOp.Marks = append(c.ownMarks[:0], op.Marks...)
+	c.op = &c.takeOp
 	c.keys = make([]string, 0, len(op.Rules)+2)
 	c.prepareKeys(s.wallNow())
-	return s.do(ctx, c, op.Deadline)
+	if err := s.do(ctx, c, op.Deadline); err != nil {
+		return err
+	}
+	op.Allowed, op.Delay = c.takeOp.Allowed, c.takeOp.Delay
+	op.Results = append(op.Results[:0], c.takeOp.Results...)
+	op.Marks = append(op.Marks[:0], c.takeOp.Marks...)
+	return nil
 }
 
 var (
