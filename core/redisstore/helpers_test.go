@@ -74,6 +74,7 @@ func scanKeys(t testing.TB, c redis.UniversalClient, prefix string) []string {
 // A countHook counts the script calls a client sends, alone or in
 // pipelines, and the round trips that carry them.
 type countHook struct {
+	decisions  atomic.Int64 // EVALSHA commands: the decisions' script
 	scripts    atomic.Int64 // EVALSHA and EVAL commands
 	evals      atomic.Int64 // EVAL commands (the script cache was empty)
 	roundTrips atomic.Int64
@@ -84,6 +85,7 @@ func (h *countHook) count(cmds ...redis.Cmder) {
 		switch c.Name() {
 		case "evalsha":
 			h.scripts.Add(1)
+			h.decisions.Add(1)
 		case "eval":
 			h.scripts.Add(1)
 			h.evals.Add(1)

@@ -314,7 +314,15 @@ func (s *Store) exec(ctx context.Context, batch []*call, epoch *epochCheck) ([]g
 		if epoch != nil && !eval {
 			epoch.queue(ctx, pipe, s)
 		}
-		_, _ = pipe.Exec(ctx) // errors are read from each command
+		if _, err := pipe.Exec(ctx); err != nil {
+			// Errors are read from each command, but a connection that
+			// failed to start (AUTH, SELECT) may leave them unset.
+			for _, g := range todo {
+				if g.cmd.Err() == nil && g.cmd.Val() == nil {
+					g.cmd.SetErr(err)
+				}
+			}
+		}
 	}
 	var first error
 	for i := range groups {

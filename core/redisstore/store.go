@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,17 +49,34 @@ const (
 
 // Calls that arrive while a round trip is in flight wait for the next one,
 // which carries them all: that is what makes a loaded Store cheap. But a
-// call never waits behind round trips that have been out for slowAfter: it
-// goes out in a round trip of its own, on another connection, so a Redis
-// that answers slowly but within the callers' deadlines is still a Redis
-// that decides. If secondTrip calls are waiting already, a second round trip
-// takes them at once: Redis then runs one batch while the Store reads the
-// answers to the other. At most maxInflight round trips are in flight (the
-// client's pool size, within [2, 64]).
+// call never waits behind round trips that have been out for longer than
+// twice the usual round trip (within [minSlow, maxSlow]): it goes out in a
+// round trip of its own, on another connection, so a Redis that answers
+// slowly but within the callers' deadlines is still a Redis that decides. If
+// secondTrip calls are waiting already, a second round trip takes them at
+// once: Redis then runs one batch while the Store reads the answers to the
+// other. At most maxInflight round trips are in flight (the client's pool
+// size, within [2, 64]).
 const (
-	slowAfter  = time.Millisecond
+	minSlow    = time.Millisecond
+	maxSlow    = 5 * time.Millisecond
 	secondTrip = 32
 )
+
+// An rttAverage is a moving average of round trips that came back, in
+// nanoseconds.
+type rttAverage struct{ ns atomic.Int64 }
+
+func (a *rttAverage) observe(d time.Duration) {
+	old := a.ns.Load()
+	a.ns.Store(old + (int64(d)-old)/8) // racy updates only blur the average
+}
+
+// slowAfter is how long a round trip may be out before the calls queued
+// behind it go out on their own.
+func (a *rttAverage) slowAfter() time.Duration {
+	return min(max(2*time.Duration(a.ns.Load()), minSlow), maxSlow)
+}
 
 // An Option configures a Store.
 type Option func(*config)
@@ -151,6 +169,7 @@ type Store struct {
 
 	epoch epochState
 	sub   subscription
+	rtt   rttAverage
 
 	mu        sync.Mutex
 	inflight  int           // round trips in flight
@@ -442,20 +461,19 @@ func (s *Store) submit(c *call) bool {
 	mono := s.mono()
 	switch {
 	case s.inflight == 0,
-		s.inflight < s.maxInflight && mono-s.lastSent >= slowAfter,
+		s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter(),
 		s.inflight < 2 && len(s.queue) >= secondTrip:
 		s.startLocked(mono) // unlocks
 		return true
 	case !s.kickArmed && s.inflight < s.maxInflight:
 		s.kickArmed = true
-		s.kick.Reset(s.lastSent + slowAfter - mono)
+		s.kick.Reset(s.lastSent + s.rtt.slowAfter() - mono)
 	}
 	s.mu.Unlock()
 	return true
 }
 
-// kickQueue sends the queue past round trips that have been out for
-// slowAfter.
+// kickQueue sends the queue past round trips that have been out too long.
 func (s *Store) kickQueue() {
 	s.mu.Lock()
 	s.kickArmed = false
@@ -464,7 +482,7 @@ func (s *Store) kickQueue() {
 		return
 	}
 	mono := s.mono()
-	if wait := s.lastSent + slowAfter - mono; wait > 0 {
+	if wait := s.lastSent + s.rtt.slowAfter() - mono; wait > 0 {
 		s.kickArmed = true
 		s.kick.Reset(wait)
 		s.mu.Unlock()
@@ -592,9 +610,12 @@ func (s *Store) roundTrip(batch []*call) {
 		c.trip.Store(tr)
 	}
 	epoch := s.epoch.check(s)
-	sent := s.now()
+	sent, sentMono := s.now(), s.mono()
 	groups, err := s.exec(context.Background(), batch, epoch)
 	recv := s.now()
+	if err == nil {
+		s.rtt.observe(s.mono() - sentMono)
+	}
 	if tr.state.CompareAndSwap(tripInFlight, tripBack) {
 		switch {
 		case err == nil:
@@ -604,7 +625,7 @@ func (s *Store) roundTrip(batch []*call) {
 		}
 	}
 	if epoch != nil {
-		s.epoch.learn(s, epoch, sent)
+		s.epoch.learn(s, epoch, micros(sentMono))
 	}
 	for i := range groups {
 		g := &groups[i]
