@@ -2,15 +2,22 @@
 MODULES := $(shell go work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p')
 GOTEST_FLAGS ?= -race -shuffle=on -count=1
 
-.PHONY: test bench lint tidy build-alone fmt
+.PHONY: test bench lint tidy build-alone fmt redis-server
 
-test:
+# The tests start their own redis-server processes (internal/testredis) and
+# need no Redis of yours; TOLLGATE_TEST_REDIS=host:port points the tests that
+# can share one at a server you run.
+test: redis-server
 	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test $(GOTEST_FLAGS) ./...); done
 
 # The benchmarks of docs/performance.md: six interleaved passes, then
-# benchstat (needs the Redis on 127.0.0.1:6379).
-bench:
+# benchstat (the Redis cases start a redis-server of their own).
+bench: redis-server
 	bench/run.sh
+
+# Installs redis-server (apt-get) where it is missing.
+redis-server:
+	@.ci/install-redis-server
 
 # golangci-lint (configured by .golangci.yml) runs too when it is installed:
 # go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@latest
