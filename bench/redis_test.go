@@ -45,6 +45,8 @@ import (
 //     ContextTimeoutEnabled, which must make no difference (the store never
 //     hands go-redis a context that expires). lib=tollgate-nocache turns
 //     the denial cache off, to show the flood without it.
+//   - lib=tollgate-quota decides on the same limit plus a daily quota, in
+//     one Op (MultiStore.Do): a plan with a burst rate and a quota.
 //   - ulule/limiter counts a fixed window (its algorithm), the others run
 //     GCRA; throttled's store takes two round trips a decision (GET, then a
 //     compare-and-swap script), the others one script call.
@@ -71,6 +73,7 @@ var redisContenders = []redisContender{
 	{"tollgate", openTollgate(false)},
 	{"tollgate-ctx", openTollgate(true)},
 	{"tollgate-nocache", openTollgate(false, redisstore.WithDenialCache(0))},
+	{"tollgate-quota", openTollgateQuota},
 	{"redis_rate", func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
 		l := redis_rate.NewLimiter(client)
 		limit := redis_rate.Limit{Rate: int(lim.Rate * 3600), Burst: int(lim.Burst), Period: time.Hour}
@@ -157,6 +160,21 @@ type patient struct{ context.Context }
 
 func (patient) Deadline() (time.Time, bool) { return time.Now().Add(time.Second), true }
 
+// openTollgateQuota decides on lim plus a daily quota, in one Op: the
+// shape of a plan with a burst rate and a quota.
+func openTollgateQuota(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
+	s, err := redisstore.New(client, redisstore.WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rules := []tollgate.Rule{{Limit: lim}, {Sub: "day", Quota: tollgate.PerDay(999_999_999_999_999)}}
+	return func(ctx context.Context, key string) (bool, error) {
+		op := tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: rules, Cost: 1, Deadline: time.Now().Add(time.Second)}
+		err := s.Do(ctx, &op)
+		return op.Allowed, err
+	}
+}
+
 // benchClient returns a client of the shared Redis.
 func benchClient(b *testing.B) *redis.Client {
 	b.Helper()
@@ -224,7 +242,7 @@ func BenchmarkRedis(b *testing.B) {
 			}
 		})
 		b.Run("case=flood/lib="+c.name, func(b *testing.B) {
-			if c.name == "tollgate-ctx" {
+			if c.name == "tollgate-ctx" || c.name == "tollgate-quota" {
 				b.Skip("same as tollgate when denials are local")
 			}
 			take := c.openOwn(b, floodLimit)
@@ -274,7 +292,7 @@ func BenchmarkRedisSerialPaired(b *testing.B) {
 	var takes []func(context.Context, string) (bool, error)
 	var names []string
 	for _, c := range redisContenders {
-		if c.name == "tollgate-nocache" {
+		if c.name == "tollgate-nocache" || c.name == "tollgate-quota" {
 			continue
 		}
 		names = append(names, c.name)

@@ -185,8 +185,11 @@ while a <= nargs do
         else
           if fix[r] then redis.call('DEL', key[r]) end
           redis.call('INCRBY', key[r], need[r])
-          local left = endAt[r] - now
-          redis.call('PEXPIRE', key[r], (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
+          if st[r] == 0 then
+            -- A new period's key: it expires when the period ends.
+            local left = endAt[r] - now
+            redis.call('PEXPIRE', key[r], (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
+          end
         end
       end
     else

