@@ -22,7 +22,7 @@ var free = tollgate.DefaultPlans()[0]
 func newLimiter(t *testing.T, plan tollgate.Plan) (*tollgate.Limiter, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock()
-	l, err := tollgate.New(storetest.NewModel(clock.Now), tollgate.SinglePlan(plan),
+	l, err := tollgate.New(storetest.NewModelStore(clock.Now), tollgate.SinglePlan(plan),
 		adaptertest.WithClock(clock.Now), tollgate.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func TestPlanNames(t *testing.T) {
 	}
 	// A resolver that makes up an invalid plan gets a configuration error,
 	// which middleware answers 500, never a panic or a broken header.
-	l, err := tollgate.New(storetest.NewModel(time.Now), tollgate.PlanResolverFunc(
+	l, err := tollgate.New(storetest.NewModelStore(time.Now), tollgate.PlanResolverFunc(
 		func(context.Context, string) (tollgate.Plan, error) {
 			return tollgate.Plan{Name: strings.Repeat(`"`, 150), Limit: free.Limit}, nil
 		}), tollgate.WithLogger(nil))
@@ -293,7 +293,7 @@ func FuzzTenant(f *testing.F) {
 	f.Add(strings.Repeat("\xff", 300), `"`, int64(0))
 	f.Add("{t}\x00\r\n", "a/b:c+d", int64(25))
 	clock := storetest.NewClock()
-	store := storetest.NewModel(clock.Now)
+	store := storetest.NewModelStore(clock.Now)
 	f.Fuzz(func(t *testing.T, tenant, planName string, cost int64) {
 		plan := tollgate.Plan{Name: planName, Limit: free.Limit, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(100)}}}
 		l, err := tollgate.New(store, tollgate.SinglePlan(plan), tollgate.WithLogger(nil), adaptertest.WithClock(clock.Now))
