@@ -2,7 +2,7 @@ package insights_test
 
 import (
 	"context"
-	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -12,31 +12,19 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/insights"
 	"github.com/tollgate-go/tollgate/insights/redisexchange"
+	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
-// mainRedis is the Redis that CI guarantees; these tests fail without it.
-const mainRedis = "127.0.0.1:6379"
+func TestMain(m *testing.M) { os.Exit(testredis.Run(m)) }
 
-// newExchange returns an exchange on the main Redis under a prefix of the
-// test's own, whose keys it deletes when the test ends.
+// newExchange returns an exchange on the tests' shared Redis (a throwaway
+// redis-server, or the one TOLLGATE_TEST_REDIS names) under a prefix of the
+// test's own, whose keys are deleted when the test ends.
 func newExchange(t *testing.T) (*redisexchange.Exchange, *redis.Client, string) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: mainRedis})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		t.Fatalf("these tests need Redis on %s (.ci/run starts one): %v", mainRedis, err)
-	}
-	prefix := fmt.Sprintf("tollgate-test:%d:%s:", time.Now().UnixNano(), t.Name())
-	t.Cleanup(func() {
-		defer c.Close()
-		keys := scanKeys(t, c, prefix)
-		if len(keys) > 0 {
-			if err := c.Del(context.Background(), keys...).Err(); err != nil {
-				t.Errorf("deleting the test's keys: %v", err)
-			}
-		}
-	})
+	c := redis.NewClient(&redis.Options{Addr: testredis.Shared(t)})
+	t.Cleanup(func() { c.Close() })
+	prefix := testredis.Prefix(t) // its clean-up runs after the trackers' last publication
 	x, err := redisexchange.New(c, redisexchange.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)

@@ -281,8 +281,14 @@ func TestNearLimitAndShadow(t *testing.T) {
 func TestMillionTenantsStayUnderK(t *testing.T) {
 	// A million tenants throttled once each in one hour, and one heavy
 	// tenant throttled 20,000 times among them; then 100,000 more over
-	// the week, so that every tier fills.
+	// the week, so that every tier fills. Under the race detector a tenth
+	// of that: make test runs this package again without it
+	// (test-allocs), with the million.
 	const k = 1000
+	tenants := 1_000_000
+	if raceEnabled {
+		tenants = 100_000
+	}
 	c := newClock(monday)
 	tr := newTracker(t, c, insights.WithCapacity(k))
 	ctx := context.Background()
@@ -297,8 +303,9 @@ func TestMillionTenantsStayUnderK(t *testing.T) {
 		}
 	}
 	check := func(when string) {
+		insights.Settle(tr)
 		st := tr.Stats()
-		if st.MaxEntries > k || st.K != k || st.Buckets > 1+1+13+26+30 { // open, pending, then each tier's closed and current
+		if st.MaxEntries > k || st.K != k || st.Buckets > 1+13+26+30 { // the open one, then each tier's closed and current
 			t.Fatalf("%s: %+v: a bucket holds more than k, or too many buckets", when, st)
 		}
 		t.Logf("%s: %+v", when, st)
@@ -309,10 +316,28 @@ func TestMillionTenantsStayUnderK(t *testing.T) {
 			}
 		}
 	}
-	deny(1_000_000, time.Hour)
-	check("1M tenants in an hour")
+	deny(tenants, time.Hour)
+	check(strconv.Itoa(tenants) + " tenants in an hour")
 	deny(100_000, 7*24*time.Hour)
 	check("100k more over a week")
+}
+
+func TestObserveAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; make test runs this without it")
+	}
+	c := newClock(monday)
+	tr := newTracker(t, c)
+	ctx := context.Background()
+	throttled := tollgate.Observation{Tenant: "loopy", Plan: "free", Policy: "free", Outcome: tollgate.OutcomeDenied, Cost: 1,
+		Method: "GET", Route: "GET /api/hello", Capacity: 20}
+	allowed := tollgate.Observation{Tenant: "quiet", Plan: "free", Outcome: tollgate.OutcomeAllowed, Cost: 1, Remaining: 1, Capacity: 20}
+	tr.Observe(ctx, throttled) // loopy enters the summary
+	for name, o := range map[string]tollgate.Observation{"throttled, tracked": throttled, "allowed, not tracked": allowed} {
+		if n := testing.AllocsPerRun(1000, func() { tr.Observe(ctx, o) }); n != 0 {
+			t.Errorf("%s: %v allocations per Observe", name, n)
+		}
+	}
 }
 
 func TestConcurrentUse(t *testing.T) {
