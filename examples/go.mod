@@ -46,6 +46,7 @@ require (
 	github.com/quic-go/qpack v0.6.0 // indirect
 	github.com/quic-go/quic-go v0.59.0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
+	github.com/tollgate-go/tollgate/insights v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
@@ -72,3 +73,5 @@ replace (
 	github.com/tollgate-go/tollgate/gin => ../gin
 	github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
 )
+
+replace github.com/tollgate-go/tollgate/insights => ../insights

@@ -8,7 +8,9 @@
 // GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
 // on the enterprise plan, globex on growth, initech on startup, umbrella on
 // trial (a burst of 10 at 5/s and 30 requests a UTC day), anyone else on
-// free.
+// free. With ADMIN_TOKEN set, GET /admin/tollgate serves the upgrade
+// candidates to requests with "Authorization: Bearer $ADMIN_TOKEN"; with
+// SHADOW=1, limits are computed and recorded but never enforced.
 package main
 
 import (
@@ -42,7 +44,7 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	limiter, admin, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -55,6 +57,9 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Get("/healthz", healthz) // not limited: load balancers must always get through
+	if admin != nil {
+		r.Method(http.MethodGet, demo.AdminPath, admin) // not limited; behind the admin token
+	}
 	r.Route("/api", func(r chi.Router) {
 		r.Use(authenticate)
 		r.With(tollgatechi.Middleware(limiter, byTenant)).Get("/hello", hello)
