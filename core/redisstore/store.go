@@ -323,11 +323,18 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 	if err := limit.CheckCost(cost); err != nil {
 		return tollgate.Result{}, err
 	}
+	tenant := redisKey(s.prefix, key)
+	if s.sub.confirmed.Load() {
+		// A tenant over its limit costs no allocation beyond its key.
+		if r, ok := s.cache.answerBucket(tenant, limit, cost, s.now()); ok {
+			return r, nil
+		}
+	}
 	c := &call{}
 	c.takeRule[0] = tollgate.Rule{Limit: limit}
 	c.takeOp = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: c.takeRule[:], Cost: cost, Results: c.takeResult[:0]}
 	c.op = &c.takeOp
-	c.tenant = redisKey(s.prefix, key)
+	c.tenant = tenant
 	c.takeKey[0] = c.tenant
 	c.keys = c.takeKey[:]
 	if err := s.do(ctx, c, time.Time{}); err != nil {
