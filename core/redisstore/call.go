@@ -28,11 +28,16 @@ type call struct {
 	state atomic.Int32
 	done  chan struct{}
 
-	// Room for a Take, so that it costs one allocation.
+	// The call's own Op, which op points to: a Take's, or a copy of a
+	// Do's (see Store.Do). The arrays are room for it, so that a call
+	// costs one allocation for a Take and few for a Do.
 	takeOp     tollgate.Op
 	takeRule   [1]tollgate.Rule
 	takeResult [1]tollgate.Result
 	takeKey    [1]string
+	ownRules   [4]tollgate.Rule
+	ownResults [4]tollgate.Result
+	ownMarks   [4]int64
 }
 
 // A call's state: whoever writes its answer (into its Op, or err) claims

@@ -359,10 +359,25 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 // OpCancel that gives tokens back are announced to every Store with the same
 // prefix, whose denial caches forget the tenant.
 func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
-	c := &call{op: op, tenant: redisKey(s.prefix, op.Key)}
+	// The call works on a copy of op: its round trip may read the Op
+	// after a caller that gave up has returned, and that caller may be
+	// using its Op again (the Limiter recycles them). The answer goes
+	// back into op here, in the caller's goroutine.
+	c := &call{tenant: redisKey(s.prefix, op.Key)}
+	c.takeOp = *op
+	c.takeOp.Rules = append(c.ownRules[:0], op.Rules...)
+	c.takeOp.Results = c.ownResults[:0]
+	c.takeOp.Marks = append(c.ownMarks[:0], op.Marks...)
+	c.op = &c.takeOp
 	c.keys = make([]string, 0, len(op.Rules)+2)
 	c.prepareKeys(s.wallNow(), &s.bounds)
-	return s.do(ctx, c, op.Deadline)
+	if err := s.do(ctx, c, op.Deadline); err != nil {
+		return err
+	}
+	op.Allowed, op.Delay = c.takeOp.Allowed, c.takeOp.Delay
+	op.Results = append(op.Results[:0], c.takeOp.Results...)
+	op.Marks = append(op.Marks[:0], c.takeOp.Marks...)
+	return nil
 }
 
 var (

@@ -318,7 +318,7 @@ func TestContract(t *testing.T) {
 					t.Fatalf("no throttle log line for %s: %v", tenant, err)
 				}
 				for k, want := range map[string]any{
-					"level": "WARN", "plan": "free", "route": "/api/hello", "method": "GET",
+					"level": "WARN", "plan": "free", "policy": "free", "route": "/api/hello", "method": "GET",
 					"limit": float64(20), "rate": float64(2), "cost": float64(1),
 				} {
 					if line[k] != want {
