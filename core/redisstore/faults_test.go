@@ -269,3 +269,49 @@ func causes(rs []loadResult) string {
 	}
 	return fmt.Sprintf("%d with the breaker open, %d timed out, %d other", open, timeout, other)
 }
+
+// TestAbandonedOpReused gives up on Ops whose round trips are slow and
+// reuses each Op at once for another request, as the Limiter does with its
+// pool: the store must neither read nor write an Op it no longer owns (the
+// race detector watches), and the requests it then answers are unharmed.
+func TestAbandonedOpReused(t *testing.T) {
+	srv := testredis.Start(t)
+	proxy := testredis.NewProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	defer client.Close()
+	s := newStore(t, client, redisstore.WithPrefix(testPrefix(t)), redisstore.WithCircuitBreaker(0, 0))
+	proxy.SetLatency(0, 20*time.Millisecond)
+	one := []tollgate.Rule{{Limit: tollgate.Limit{Rate: 1000, Burst: 1000}}}
+	three := []tollgate.Rule{{Limit: tollgate.Limit{Rate: 1000, Burst: 1000}},
+		{Sub: "day", Quota: tollgate.PerDay(1e6)}, {Sub: "b:x", Limit: tollgate.Limit{Rate: 1000, Burst: 1000}}}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op := &tollgate.Op{}
+			for i := range 20 {
+				*op = tollgate.Op{Kind: tollgate.OpTake, Key: "t" + strconv.Itoa(w), Rules: one, Cost: 1,
+					Deadline: time.Now().Add(5 * time.Millisecond), Results: op.Results[:0], Marks: op.Marks[:0]}
+				if err := s.Do(context.Background(), op); !errors.Is(err, redisstore.ErrUnavailable) {
+					t.Errorf("a call with a 5 ms deadline to a Redis 20 ms away: %v", err)
+					return
+				}
+				// Reused at once, with other rules and another tenant.
+				*op = tollgate.Op{Kind: tollgate.OpInspect, Key: "other" + strconv.Itoa(i), Rules: three, Cost: 2,
+					Results: op.Results[:0], Marks: op.Marks[:0]}
+				for j := range 3 {
+					op.Results = append(op.Results, tollgate.Result{Remaining: int64(j)})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// The late answers have come back by now; the store decides as ever.
+	time.Sleep(50 * time.Millisecond)
+	proxy.SetLatency(0, 0)
+	op := &tollgate.Op{Kind: tollgate.OpTake, Key: "after", Rules: three, Cost: 1, Deadline: time.Now().Add(5 * time.Second)}
+	if err := s.Do(context.Background(), op); err != nil || !op.Allowed || op.Results[1].Remaining != 1e6-1 {
+		t.Fatalf("after the abandoned calls: %+v, %v", op, err)
+	}
+}
