@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -371,6 +372,64 @@ func BenchmarkMemoryZipf(b *testing.B) {
 		})
 		if s.close != nil {
 			s.close()
+		}
+	}
+}
+
+// memPairedBlock is the number of requests BenchmarkMemorySerialPaired
+// times in one go: short enough (5 to 70 µs) that most blocks run without
+// being descheduled on a busy machine.
+const memPairedBlock = 256
+
+// BenchmarkMemorySerialPaired is BenchmarkMemory's hotkey-serial and a
+// serial walk over its 10,000 keys, with every library in turn within each
+// iteration (the order rotating), so that all of them run under the same
+// load. An iteration is a block of memPairedBlock requests per library; each
+// library's metric <case>-<lib>-ns/op is its median over the blocks of the
+// wall time per request, which a preempted block does not move.
+func BenchmarkMemorySerialPaired(b *testing.B) {
+	hot := memTenantKeys(1)
+	keys := memTenantKeys(10_000)
+	type contender struct {
+		name    string
+		take    memTakeFunc
+		samples map[string][]float64
+	}
+	var cs []*contender
+	for _, c := range memContenders {
+		take := openMemStore(b, c, memDrainingLimit)
+		take(hot[0])
+		for _, k := range keys {
+			take(k)
+		}
+		cs = append(cs, &contender{c.name, take, map[string][]float64{}})
+	}
+	hotKey := strings.Clone(hot[0])
+	clones := memCloneKeys(keys)
+	next := 0
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range cs {
+			c := cs[(i+j)%len(cs)]
+			start := time.Now()
+			for range memPairedBlock {
+				c.take(hotKey)
+			}
+			c.samples["hotkey"] = append(c.samples["hotkey"], float64(time.Since(start))/memPairedBlock)
+			start = time.Now()
+			for n := range memPairedBlock {
+				c.take(clones[(next+n)%len(clones)])
+			}
+			c.samples["keys10k"] = append(c.samples["keys10k"], float64(time.Since(start))/memPairedBlock)
+		}
+		next = (next + memPairedBlock) % len(clones)
+	}
+	b.StopTimer()
+	for _, c := range cs {
+		for _, cs := range []string{"hotkey", "keys10k"} {
+			v := c.samples[cs]
+			slices.Sort(v)
+			b.ReportMetric(v[len(v)/2], cs+"-"+c.name+"-ns/op")
 		}
 	}
 }

@@ -66,14 +66,20 @@ var (
 )
 
 type tscClock struct {
-	// A seqlock: odd while a writer changes the fields below, which
-	// readers then do not use.
-	seq   atomic.Uint64
-	mult  atomic.Uint64 // ns per tick, 32.32 fixed point; 0 while not calibrated or off
-	tsc0  atomic.Int64  // the anchor: a counter reading...
-	ns0   atomic.Int64  // ...and nanotime() at the same instant
-	span  atomic.Uint64 // ticks from the anchor after which to measure again
-	state atomic.Int32
+	anchor atomic.Pointer[tscAnchor] // calibrated; nil while not, or off
+	state  atomic.Int32
+	mu     sync.Mutex // held by the goroutine that measures
+	last   *tscAnchor // the anchor to measure from, calibrated or not; guarded by mu
+}
+
+// A tscAnchor is a counter reading and the runtime's clock at the same
+// instant, and the rate measured up to it. It is never changed once
+// published.
+type tscAnchor struct {
+	tsc  int64  // a counter reading
+	ns   int64  // nanotime() at the same instant
+	mult uint64 // ns per tick, 32.32 fixed point; 0 when not measured yet
+	span uint64 // ticks after tsc when to measure again
 }
 
 const (
@@ -92,63 +98,55 @@ func (c *tscClock) start() {
 	if !tscUsable() {
 		return
 	}
+	if t, n, ok := tscPair(); ok {
+		c.last = &tscAnchor{tsc: t, ns: n}
+		c.state.Store(tscOn)
+	}
+}
+
+// tscPair reads the counter and the runtime's clock at one instant: a pair
+// of readings is only as good as the time between them, so the counter is
+// read on both sides, and the pair refused if the goroutine was held up in
+// between.
+func tscPair() (tsc, ns int64, ok bool) {
 	before := rdtsc()
-	n := nanotime()
+	ns = nanotime()
 	after := rdtsc()
-	c.tsc0.Store(before + (after-before)/2)
-	c.ns0.Store(n)
-	c.state.Store(tscOn)
+	return before + (after-before)/2, ns, after-before <= tscPairTicks
 }
 
 // since returns the whole microseconds since base, a nanotime reading, as
 // a Store's time: from the counter when it is calibrated, else from the
 // runtime's clock.
 func (c *tscClock) since(base int64) int64 {
-	s := c.seq.Load()
-	m := c.mult.Load()
-	if m == 0 {
-		return clamp((c.measure() - base) / 1000)
+	if a := c.anchor.Load(); a != nil {
+		if d := uint64(rdtsc() - a.tsc); d <= a.span {
+			hi, lo := bits.Mul64(d, a.mult)
+			return clamp((a.ns + int64(hi<<32|lo>>32) - base) / 1000)
+		}
 	}
-	t0, n0, span := c.tsc0.Load(), c.ns0.Load(), c.span.Load()
-	d := uint64(rdtsc() - t0)
-	if d > span || s&1 != 0 || c.seq.Load() != s {
-		return clamp((c.measure() - base) / 1000)
-	}
-	hi, lo := bits.Mul64(d, m)
-	return clamp((n0 + int64(hi<<32|lo>>32) - base) / 1000)
+	return clamp((c.measure() - base) / 1000)
 }
 
-// measure reads the runtime's clock and, if it can take the seqlock,
-// measures the counter's rate since the anchor and moves the anchor to now.
+// measure reads the runtime's clock and, unless another goroutine is at it,
+// measures the counter's rate since the last anchor and anchors it anew.
 func (c *tscClock) measure() int64 {
 	n := nanotime()
-	if c.state.Load() != tscOn {
+	if c.state.Load() != tscOn || !c.mu.TryLock() {
 		return n
 	}
-	s := c.seq.Load()
-	if s&1 != 0 || !c.seq.CompareAndSwap(s, s+1) {
-		return n // another goroutine is at it
-	}
-	defer c.seq.Add(1)
-	// A pair of readings is only as good as the time between them:
-	// take the counter on both sides of the runtime's clock, and skip
-	// the measure if the goroutine was held up in between.
-	before := rdtsc()
-	n = nanotime()
-	after := rdtsc()
-	if after-before > tscPairTicks {
+	defer c.mu.Unlock()
+	t, n, ok := tscPair()
+	if !ok || c.state.Load() != tscOn {
 		return n
 	}
-	t := before + (after-before)/2
-	switch m, span, v := recalibrate(c.tsc0.Load(), c.ns0.Load(), c.mult.Load(), t, n); v {
-	case tscKeep:
+	switch m, span, v := recalibrate(c.last.tsc, c.last.ns, c.last.mult, t, n); v {
 	case tscBroken:
-		c.turnOff()
+		c.state.Store(tscOff)
+		c.anchor.Store(nil)
 	case tscMeasured:
-		c.tsc0.Store(t)
-		c.ns0.Store(n)
-		c.span.Store(span)
-		c.mult.Store(m)
+		c.last = &tscAnchor{tsc: t, ns: n, mult: m, span: span}
+		c.anchor.Store(c.last)
 	}
 	return n
 }
@@ -189,9 +187,4 @@ func recalibrate(t0, n0 int64, m uint64, t, n int64) (mult, span uint64, verdict
 	}
 	span, _ = bits.Div64(0, uint64(tscRecalibration)<<32, mult)
 	return mult, span, tscMeasured
-}
-
-func (c *tscClock) turnOff() {
-	c.state.Store(tscOff)
-	c.mult.Store(0)
 }

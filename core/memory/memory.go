@@ -118,8 +118,8 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 
 // TakeAt is Take at the time now, which must carry a monotonic clock
 // reading, as time.Now's does; it saves the Store a clock read. A Store made
-// WithClock ignores now and reads its own clock. It implements
-// tollgate.TimedStore.
+// WithClock ignores now and reads its own clock. Take's clock and time.Now
+// agree within a few microseconds. It implements tollgate.TimedStore.
 func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost int64, now time.Time) (tollgate.Result, error) {
 	b := s.b
 	if b == nil {
@@ -180,7 +180,7 @@ func (s *stopper) close() { s.once.Do(func() { close(s.stop) }) }
 type buckets struct {
 	shards    []shard
 	shardMask uint64
-	seed      uintptr // of the key hash, secret so that clients cannot aim keys at one slot
+	seed      uintptr // of the key hash
 	clock     clock
 	evictions atomic.Uint64
 	drained   atomic.Uint64
