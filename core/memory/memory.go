@@ -109,7 +109,7 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 	k.set(b.seed, key)
 	var now int64
 	if b.clock.test == nil { // clock.now, which is too large to be inlined
-		now = mono.since(b.clock.baseNano)
+		now = mono.micros()
 	} else {
 		now = b.clock.now()
 	}
