@@ -230,6 +230,10 @@ func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
 	slots := t.slots
 	n := len(slots)
 	i := t.home(k.meta)
+	// Ask for the home slot's line for writing at once: read first, it
+	// would come shared from a core that wrote it last, and the
+	// compare-and-swap would need a second trip (docs/performance.md).
+	prefetchw(unsafe.Pointer(&slots[i]))
 	for range n {
 		sl := &slots[i]
 		m := sl.meta.Load()
