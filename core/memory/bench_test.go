@@ -29,7 +29,8 @@ func BenchmarkTake(b *testing.B) {
 }
 
 // BenchmarkTakeParts times each step of BenchmarkTake's Take on its own:
-// reading the clock three ways, hashing the key, preparing the limit, and
+// reading the clock four ways (the bare counter, the Store's clock, the
+// runtime's, time.Since), hashing the key, preparing the limit, and
 // the decision on the table (probe, GCRA, compare-and-swap); then the whole
 // Take, and TakeAt, which the Limiter calls with the time it has read. Each
 // iteration times a block of 256 runs of every step in turn; the metric
@@ -58,6 +59,7 @@ func BenchmarkTakeParts(b *testing.B) {
 		name string
 		run  func()
 	}{
+		{"clock-rdtsc", func() { sink += rdtsc() }},
 		{"clock-tsc", func() { sink += mono.micros() }},
 		{"clock-nanotime", func() { sink += nanotime() }},
 		{"clock-time.Since", func() { sink += int64(time.Since(since)) }},
