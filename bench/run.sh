@@ -2,7 +2,8 @@
 # Runs every benchmark of this module six times, interleaved (each pass runs
 # every case once, so a change in machine load hits all libraries alike),
 # into results/, then prints the benchstat tables of docs/performance.md.
-# Needs a Redis on 127.0.0.1:6379 (the Redis cases use DB 15).
+# The Redis cases start a redis-server of their own on a loopback port (or
+# use the one TOLLGATE_TEST_REDIS names); redis-server must be on PATH.
 # SUITES picks some of memory, adapters and redis (default: all three);
 # the others' results are left as they are.
 set -euo pipefail

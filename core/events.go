@@ -19,8 +19,9 @@ type ThrottleEvent struct {
 
 // NewThrottleLogger returns a throttle hook for WithOnThrottle that writes
 // one structured line per throttled request to logger, at level Warn, with
-// tenant_id, plan, cost, limit (burst), rate, remaining, retry_after_ms,
-// method and route.
+// tenant_id, plan, policy (the one that denied), limit and rate (its burst
+// and rate, or its quota and period), cost, budget, remaining,
+// retry_after_ms, method and route.
 //
 // Lines are sampled per tenant: at most one per tenant per interval, carrying
 // in "suppressed" how many throttled requests of that tenant went unlogged
@@ -57,18 +58,36 @@ func (t *throttleLog) log(ctx context.Context, e ThrottleEvent) {
 	if !log {
 		return
 	}
+	limit, rate := policyFigures(&e.Decision)
 	t.logger.LogAttrs(ctx, slog.LevelWarn, "request throttled",
 		slog.String("tenant_id", e.Tenant),
 		slog.String("plan", e.Plan.Name),
+		slog.String("policy", e.Policy),
+		slog.Int64("limit", limit),
+		rate,
 		slog.Int64("cost", e.Cost),
-		slog.Int64("limit", e.Plan.Limit.Burst),
-		slog.Float64("rate", e.Plan.Limit.Rate),
+		slog.String("budget", e.Budget),
 		slog.Int64("remaining", e.Remaining),
 		slog.Int64("retry_after_ms", e.RetryAfter.Milliseconds()),
 		slog.String("method", e.Method),
 		slog.String("route", e.Route),
 		slog.Int64("suppressed", suppressed),
 	)
+}
+
+// policyFigures returns the size of the policy d.Policy names (a burst or a
+// quota's tokens) and its rate: tokens a second, or a quota's period.
+func policyFigures(d *Decision) (int64, slog.Attr) {
+	for _, p := range d.Policies() {
+		if p.Name != d.Policy {
+			continue
+		}
+		if !p.Quota.IsZero() {
+			return p.Quota.Tokens, slog.String("rate", p.Quota.Period.String())
+		}
+		return p.Limit.Burst, slog.Float64("rate", p.Limit.Rate)
+	}
+	return d.Plan.Limit.Burst, slog.Float64("rate", d.Plan.Limit.Rate)
 }
 
 // A sampler admits at most one event per key per interval and counts the

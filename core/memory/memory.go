@@ -26,10 +26,9 @@ type Store struct {
 }
 
 var (
-	_ tollgate.Store            = (*Store)(nil)
-	_ tollgate.NonBlockingStore = (*Store)(nil)
-	_ tollgate.TimedStore       = (*Store)(nil)
-	_ tollgate.Checker          = (*Store)(nil)
+	_ tollgate.Store      = (*Store)(nil)
+	_ tollgate.TimedStore = (*Store)(nil)
+	_ tollgate.Checker    = (*Store)(nil)
 )
 
 // Stats are counters of a Store.

@@ -175,6 +175,9 @@ func (c *denialCache) learn(s *Store, cl *call, now int64, v []int64, sent, recv
 	}
 	op := cl.op
 	granted := op.Kind == tollgate.OpTake && op.Allowed
+	if granted && c.size.Load() == 0 && !emptied(cl, v) {
+		return // the common case: nothing cached, nothing to cache
+	}
 	useful := !op.Allowed
 	rules := make([]cachedRule, len(op.Rules))
 	q := 0
@@ -251,6 +254,26 @@ func (c *denialCache) learn(s *Store, cl *call, now int64, v []int64, sent, recv
 	if !ok {
 		s.sub.want()
 	}
+}
+
+// emptied reports whether a granted Op left one of its rules unable to
+// serve a request like it: a denial the cache can answer next time.
+func emptied(cl *call, v []int64) bool {
+	op := cl.op
+	for i, rule := range op.Rules {
+		x := v[1+i]
+		if rule.IsQuota() {
+			if x>>1+2*op.Cost > rule.Quota.Tokens {
+				return true
+			}
+			continue
+		}
+		interval := rule.Limit.TokenInterval()
+		if x+2*op.Cost*interval > rule.Limit.Burst*interval {
+			return true
+		}
+	}
+	return false
 }
 
 // forget drops what the cache knows of tenant.

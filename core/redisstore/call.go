@@ -1,7 +1,10 @@
 package redisstore
 
 import (
+	"fmt"
+	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,24 +28,49 @@ type call struct {
 	state atomic.Int32
 	done  chan struct{}
 
-	// Room for a Take, so that it costs one allocation.
+	// The call's own Op, which op points to: a Take's, or a copy of a
+	// Do's (see Store.Do). The arrays are room for it, so that a call
+	// costs one allocation for a Take and few for a Do.
 	takeOp     tollgate.Op
 	takeRule   [1]tollgate.Rule
 	takeResult [1]tollgate.Result
 	takeKey    [1]string
+	ownRules   [4]tollgate.Rule
+	ownResults [4]tollgate.Result
+	ownMarks   [4]int64
 }
 
+// A call's state: whoever writes its answer (into its Op, or err) claims
+// it first, so that a caller that gave up can reuse its Op at once.
 const (
-	callPending int32 = iota
+	callPending   int32 = iota
+	callAnswering       // claimed: its answer is being written
 	callDelivered
-	callAbandoned
+	callAbandoned // its caller gave up
 )
 
-// deliver hands c's answer to its caller, unless the caller gave up.
-func (c *call) deliver() {
-	if c.state.CompareAndSwap(callPending, callDelivered) {
-		close(c.done)
+// claim reserves the right to answer c; it fails if c was answered or
+// abandoned.
+func (c *call) claim() bool { return c.state.CompareAndSwap(callPending, callAnswering) }
+
+// release hands the answer written after claim to the caller.
+func (c *call) release() {
+	c.state.Store(callDelivered)
+	close(c.done)
+}
+
+// fail answers c with err, unless it was answered or abandoned.
+func (c *call) fail(err error) bool {
+	if !c.claim() {
+		return false
 	}
+	c.err = err
+	c.release()
+	return true
+}
+
+func timeoutErr(c *call) error {
+	return fmt.Errorf("%w: no answer by the call's deadline", ErrUnavailable)
 }
 
 // bounds are a quota's candidate periods [b0, b1) and [b1, b2), in
@@ -50,6 +78,39 @@ func (c *call) deliver() {
 // period that holds the local now and its nearest neighbour. The script
 // picks the one that holds Redis's now.
 type bounds struct{ b0, b1, b2 int64 }
+
+// A boundsCache remembers each quota's candidate periods for the half
+// period during which they stay the same, so that a decision does not
+// compute calendar dates. It is safe for concurrent use.
+type boundsCache struct{ m sync.Map } // tollgate.Quota -> *cachedBounds
+
+type cachedBounds struct {
+	b        bounds
+	from, to int64 // µs: the local times for which b holds
+}
+
+// get returns quotaBounds(q, now).
+func (c *boundsCache) get(q tollgate.Quota, now time.Time) bounds {
+	t := now.UnixMicro()
+	if v, ok := c.m.Load(q); ok {
+		if e := v.(*cachedBounds); t >= e.from && t < e.to {
+			return e.b
+		}
+	}
+	b := quotaBounds(q, now)
+	// b stays the same while now is in the same half of the same period:
+	// the first half of [b1, b2) or the second half of [b0, b1). Near the
+	// middle either neighbour would do: the script needs only that
+	// Redis's clock falls in one of the two periods.
+	e := &cachedBounds{b: b}
+	if t >= b.b1 {
+		e.from, e.to = b.b1, b.b1+(b.b2-b.b1)/2
+	} else {
+		e.from, e.to = b.b0+(b.b1-b.b0)/2, b.b1
+	}
+	c.m.Store(q, e)
+	return b
+}
 
 func quotaBounds(q tollgate.Quota, now time.Time) bounds {
 	start, end := q.Bounds(now)
@@ -75,8 +136,9 @@ func quotaKey(tenant, sub string, start int64) string {
 	return ruleKey(tenant, sub) + ":" + strconv.FormatInt(start/1e6, 10)
 }
 
-// prepareKeys fills in c.keys and c.bounds for c.op at now (local time).
-func (c *call) prepareKeys(now time.Time) {
+// prepareKeys fills in c.keys and c.bounds for c.op at now (local time),
+// with the quotas' candidate periods from cache.
+func (c *call) prepareKeys(now time.Time, cache *boundsCache) {
 	op := c.op
 	for i, r := range op.Rules {
 		if !r.IsQuota() {
@@ -95,7 +157,7 @@ func (c *call) prepareKeys(now time.Time) {
 			k := quotaKey(c.tenant, r.Sub, start)
 			c.keys = append(c.keys, k, k)
 		} else {
-			b = quotaBounds(r.Quota, now)
+			b = cache.get(r.Quota, now)
 			c.keys = append(c.keys, quotaKey(c.tenant, r.Sub, b.b0), quotaKey(c.tenant, r.Sub, b.b1))
 		}
 		c.bounds = append(c.bounds, b)
@@ -135,9 +197,59 @@ func (c *call) appendScript(keys []string, args []any) ([]string, []any) {
 	return keys, args
 }
 
-// A trip is one round trip to Redis.
+// A trip is one round trip to Redis. Its watchdog answers each of its
+// calls with a timeout error at the call's own deadline if Redis has not
+// answered by then, and counts the round trip as failed (once).
 type trip struct {
 	state atomic.Int32
+	sent  int64 // µs on the Store's monotonic clock
+	s     *Store
+	calls []*call
+	timer *time.Timer
+}
+
+// watch arms the watchdog for the earliest deadline of the trip's calls.
+func (tr *trip) watch() {
+	next := tr.calls[0].deadline
+	for _, c := range tr.calls[1:] {
+		if c.deadline.Before(next) {
+			next = c.deadline
+		}
+	}
+	// Armed once assigned: fire reads tr.timer.
+	tr.timer = time.AfterFunc(time.Duration(math.MaxInt64), tr.fire)
+	tr.timer.Reset(time.Until(next))
+}
+
+// fire answers the calls whose deadlines have passed and re-arms for the
+// next.
+func (tr *trip) fire() {
+	now := time.Now()
+	var next time.Time
+	expired := false
+	for _, c := range tr.calls {
+		if c.state.Load() != callPending {
+			continue
+		}
+		if !now.Before(c.deadline) {
+			expired = true
+		} else if next.IsZero() || c.deadline.Before(next) {
+			next = c.deadline
+		}
+	}
+	// Counted before the callers hear of it: a caller's next call must
+	// find the failure recorded.
+	if expired && tr.state.CompareAndSwap(tripInFlight, tripLate) {
+		tr.s.breaker.failure(micros(tr.s.mono()), tr.sent)
+	}
+	for _, c := range tr.calls {
+		if c.state.Load() == callPending && !now.Before(c.deadline) {
+			c.fail(timeoutErr(c))
+		}
+	}
+	if !next.IsZero() {
+		tr.timer.Reset(time.Until(next))
+	}
 }
 
 const (

@@ -61,7 +61,7 @@ func (s *Store) check(ctx context.Context) error {
 	for _, kind := range []tollgate.OpKind{tollgate.OpTake, tollgate.OpReset} {
 		op := &tollgate.Op{Kind: kind, Key: checkTenant, Rules: rules, Cost: 1}
 		c := &call{op: op, tenant: redisKey(s.prefix, checkTenant)}
-		c.prepareKeys(s.wallNow())
+		c.prepareKeys(s.wallNow(), &s.bounds)
 		groups, err := s.exec(ctx, []*call{c}, nil)
 		if err != nil {
 			return checkErr("the script ("+kind.String()+")", err)

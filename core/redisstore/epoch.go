@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,13 +36,19 @@ return {id, redis.call('HINCRBY', KEYS[1], 'n', 1)}
 //     it make (a failover to a replica that missed them). Redis replicates
 //     in order, so a server that kept the counter's last bump kept every
 //     write before it, among them those the cache learned from.
+//
+// A replica whose cached denials answer all its traffic makes no round
+// trips, so while the cache holds anything the subscription's goroutine
+// sends the check on its own whenever none went out for epochEvery.
 type epochState struct {
-	known atomic.Bool
-	mu    sync.Mutex
-	id    string
-	n     int64
-	at    int64 // local time when n came back
-	self  string
+	known   atomic.Bool
+	last    atomic.Int64 // when the latest answer came back, µs on the monotonic clock
+	probing atomic.Bool
+	mu      sync.Mutex
+	id      string
+	n       int64
+	at      int64 // local time when n came back
+	self    string
 }
 
 // An epochCheck is the epoch script's command in one round trip.
@@ -67,8 +74,8 @@ func (c *epochCheck) queue(ctx context.Context, pipe redis.Pipeliner, s *Store) 
 	c.cmd = pipe.Eval(ctx, epochScript, []string{s.epochKey}, self)
 }
 
-// learn reads the check's answer, for a round trip sent at local time
-// sent, and empties the cache if Redis lost data.
+// learn reads the check's answer, for a round trip sent at sent (µs on the
+// monotonic clock), and empties the cache if Redis lost data.
 func (e *epochState) learn(s *Store, c *epochCheck, sent int64) {
 	if c.cmd == nil {
 		return
@@ -82,15 +89,39 @@ func (e *epochState) learn(s *Store, c *epochCheck, sent int64) {
 	if !ok1 || !ok2 {
 		return
 	}
-	now := s.now()
+	now := micros(s.mono())
 	e.mu.Lock()
 	lost := e.known.Load() && (id != e.id || sent > e.at && n <= e.n)
 	if lost || id != e.id || n > e.n {
 		e.id, e.n, e.at = id, n, now
 	}
 	e.known.Store(true)
+	e.last.Store(now)
 	e.mu.Unlock()
 	if lost {
 		s.cache.clear()
 	}
+}
+
+// epochEvery is the longest a Store whose cache holds anything goes without
+// checking the epoch: with the probe's own round trip, a replica learns of
+// lost data within about epochEvery + epochEvery/2 + a round trip.
+const epochEvery = 50 * time.Millisecond
+
+// probe sends the epoch check on its own if none went out for epochEvery.
+// A probe that Redis does not answer blocks only its own goroutine.
+func (e *epochState) probe(s *Store) {
+	if micros(s.mono())-e.last.Load() < epochEvery.Microseconds() || !e.probing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer e.probing.Store(false)
+		chk := &epochCheck{}
+		ctx := context.Background()
+		pipe := s.client.Pipeline()
+		chk.queue(ctx, pipe, s)
+		sent := micros(s.mono())
+		_, _ = pipe.Exec(ctx)
+		e.learn(s, chk, sent)
+	}()
 }

@@ -3,18 +3,30 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"strings"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
-// mainRedis is the Redis that CI guarantees; these tests never skip
-// without it.
-const mainRedis = "127.0.0.1:6379"
+// mainRedis is the Redis these tests share: a throwaway redis-server of
+// this package's own, or the one TOLLGATE_TEST_REDIS names (testredis).
+// TestMain sets it; tests keep their keys under testPrefix.
+var mainRedis string
+
+func TestMain(m *testing.M) {
+	addr, err := testredis.SharedAddr()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	mainRedis = addr
+	os.Exit(testredis.Run(m))
+}
 
 func newClient(t testing.TB) *redis.Client {
 	t.Helper()
@@ -23,16 +35,14 @@ func newClient(t testing.TB) *redis.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		t.Fatalf("these tests need Redis on %s (.ci/run starts one): %v", mainRedis, err)
+		t.Fatalf("the shared Redis on %s does not answer: %v", mainRedis, err)
 	}
 	return c
 }
 
-// testPrefix returns a key prefix that no other test or run shares.
-func testPrefix(t testing.TB) string {
-	name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
-	return fmt.Sprintf("tollgate-test:%d:%s:", time.Now().UnixNano(), name)
-}
+// testPrefix returns a key prefix that no other test or run shares; the
+// keys under it are deleted from mainRedis when the test ends.
+func testPrefix(t testing.TB) string { return testredis.Prefix(t) }
 
 // otherClient hides the concrete client type, so the Store sends one key per
 // script call, as it does for a Ring or any wrapper.
@@ -74,6 +84,7 @@ func scanKeys(t testing.TB, c redis.UniversalClient, prefix string) []string {
 // A countHook counts the script calls a client sends, alone or in
 // pipelines, and the round trips that carry them.
 type countHook struct {
+	decisions  atomic.Int64 // EVALSHA commands: the decisions' script
 	scripts    atomic.Int64 // EVALSHA and EVAL commands
 	evals      atomic.Int64 // EVAL commands (the script cache was empty)
 	roundTrips atomic.Int64
@@ -84,6 +95,7 @@ func (h *countHook) count(cmds ...redis.Cmder) {
 		switch c.Name() {
 		case "evalsha":
 			h.scripts.Add(1)
+			h.decisions.Add(1)
 		case "eval":
 			h.scripts.Add(1)
 			h.evals.Add(1)

@@ -18,8 +18,9 @@ var misconfigPrefixes = []string{
 }
 
 // isMisconfig reports whether err is a Redis error that waiting will not
-// mend. A permission error raised inside the script reaches the client
-// wrapped in the script's own error, so the whole text is searched.
+// mend. A permission error raised inside the script reaches the client in
+// the script's own words ("The user executing the script can't run this
+// command"), so the whole text is searched.
 func isMisconfig(err error) bool {
 	var re redis.Error
 	if err == nil || !errors.As(err, &re) {
@@ -31,5 +32,6 @@ func isMisconfig(err error) bool {
 			return true
 		}
 	}
-	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "No permissions")
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "No permissions") ||
+		strings.Contains(msg, "user executing the script can't")
 }

@@ -185,8 +185,11 @@ while a <= nargs do
         else
           if fix[r] then redis.call('DEL', key[r]) end
           redis.call('INCRBY', key[r], need[r])
-          local left = endAt[r] - now
-          redis.call('PEXPIRE', key[r], (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
+          if st[r] == 0 then
+            -- A new period's key: it expires when the period ends.
+            local left = endAt[r] - now
+            redis.call('PEXPIRE', key[r], (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
+          end
         end
       end
     else
@@ -314,7 +317,15 @@ func (s *Store) exec(ctx context.Context, batch []*call, epoch *epochCheck) ([]g
 		if epoch != nil && !eval {
 			epoch.queue(ctx, pipe, s)
 		}
-		_, _ = pipe.Exec(ctx) // errors are read from each command
+		if _, err := pipe.Exec(ctx); err != nil {
+			// Errors are read from each command, but a connection that
+			// failed to start (AUTH, SELECT) may leave them unset.
+			for _, g := range todo {
+				if g.cmd.Err() == nil && g.cmd.Val() == nil {
+					g.cmd.SetErr(err)
+				}
+			}
+		}
 	}
 	var first error
 	for i := range groups {

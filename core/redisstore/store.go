@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,17 +49,34 @@ const (
 
 // Calls that arrive while a round trip is in flight wait for the next one,
 // which carries them all: that is what makes a loaded Store cheap. But a
-// call never waits behind round trips that have been out for slowAfter: it
-// goes out in a round trip of its own, on another connection, so a Redis
-// that answers slowly but within the callers' deadlines is still a Redis
-// that decides. If secondTrip calls are waiting already, a second round trip
-// takes them at once: Redis then runs one batch while the Store reads the
-// answers to the other. At most maxInflight round trips are in flight (the
-// client's pool size, within [2, 64]).
+// call never waits behind round trips that have been out for longer than
+// twice the usual round trip (within [minSlow, maxSlow]): it goes out in a
+// round trip of its own, on another connection, so a Redis that answers
+// slowly but within the callers' deadlines is still a Redis that decides. If
+// secondTrip calls are waiting already, a second round trip takes them at
+// once: Redis then runs one batch while the Store reads the answers to the
+// other. At most maxInflight round trips are in flight (the client's pool
+// size, within [2, 64]).
 const (
-	slowAfter  = time.Millisecond
+	minSlow    = time.Millisecond
+	maxSlow    = 3 * time.Millisecond
 	secondTrip = 32
 )
+
+// An rttAverage is a moving average of round trips that came back, in
+// nanoseconds.
+type rttAverage struct{ ns atomic.Int64 }
+
+func (a *rttAverage) observe(d time.Duration) {
+	old := a.ns.Load()
+	a.ns.Store(old + (int64(d)-old)/8) // racy updates only blur the average
+}
+
+// slowAfter is how long a round trip may be out before the calls queued
+// behind it go out on their own.
+func (a *rttAverage) slowAfter() time.Duration {
+	return min(max(2*time.Duration(a.ns.Load()), minSlow), maxSlow)
+}
 
 // An Option configures a Store.
 type Option func(*config)
@@ -149,17 +167,21 @@ type Store struct {
 	scriptClock func() time.Time
 	maxInflight int
 
-	epoch epochState
-	sub   subscription
+	epoch  epochState
+	sub    subscription
+	rtt    rttAverage
+	bounds boundsCache
 
-	mu        sync.Mutex
-	inflight  int           // round trips in flight
-	lastSent  time.Duration // on mono: when the latest round trip left
-	queue     []*call       // calls waiting for the next round trip
-	idle      int           // runners waiting for work
-	work      chan []*call  // to idle runners
-	kick      *time.Timer   // sends the queue past slow round trips
-	kickArmed bool
+	mu            sync.Mutex
+	inflight      int           // round trips in flight
+	lastSent      time.Duration // on mono: when the latest round trip left
+	queue         []*call       // calls waiting for the next round trip
+	queueDeadline time.Time     // the earliest deadline in the queue
+	idle          int           // runners waiting for work
+	work          chan []*call  // to idle runners
+	kick          *time.Timer   // sends the queue past slow round trips
+	kickArmed     bool
+	kickAt        time.Duration // on mono: when the kick is armed for
 }
 
 var (
@@ -318,10 +340,25 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 // OpCancel that gives tokens back are announced to every Store with the same
 // prefix, whose denial caches forget the tenant.
 func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
-	c := &call{op: op, tenant: redisKey(s.prefix, op.Key)}
+	// The call works on a copy of op: its round trip may read the Op
+	// after a caller that gave up has returned, and that caller may be
+	// using its Op again (the Limiter recycles them). The answer goes
+	// back into op here, in the caller's goroutine.
+	c := &call{tenant: redisKey(s.prefix, op.Key)}
+	c.takeOp = *op
+	c.takeOp.Rules = append(c.ownRules[:0], op.Rules...)
+	c.takeOp.Results = c.ownResults[:0]
+	c.takeOp.Marks = append(c.ownMarks[:0], op.Marks...)
+	c.op = &c.takeOp
 	c.keys = make([]string, 0, len(op.Rules)+2)
-	c.prepareKeys(s.wallNow())
-	return s.do(ctx, c, op.Deadline)
+	c.prepareKeys(s.wallNow(), &s.bounds)
+	if err := s.do(ctx, c, op.Deadline); err != nil {
+		return err
+	}
+	op.Allowed, op.Delay = c.takeOp.Allowed, c.takeOp.Delay
+	op.Results = append(op.Results[:0], c.takeOp.Results...)
+	op.Marks = append(op.Marks[:0], c.takeOp.Marks...)
+	return nil
 }
 
 var (
@@ -352,8 +389,7 @@ func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 			deadline = time.Now().Add(tollgate.DefaultStoreTimeout)
 		}
 	}
-	wait := time.Until(deadline)
-	if wait <= 0 {
+	if !time.Now().Before(deadline) {
 		return fmt.Errorf("%w: the deadline had passed before the call was sent", ErrUnavailable)
 	}
 	c.deadline = deadline
@@ -361,14 +397,10 @@ func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 	if !s.submit(c) {
 		return errQueueFull
 	}
-	t := getTimer(wait)
-	defer putTimer(t)
+	// The Store answers c by its deadline (see trip and kickQueue), so the
+	// caller needs no timer of its own; ctx may end it sooner.
 	select {
 	case <-c.done:
-	case <-t.C:
-		if err := s.giveUp(c, true); err != nil {
-			return fmt.Errorf("%w: no answer within %v", ErrUnavailable, wait.Round(time.Microsecond))
-		}
 	case <-ctx.Done():
 		if err := s.giveUp(c, errors.Is(ctx.Err(), context.DeadlineExceeded)); err != nil {
 			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
@@ -393,27 +425,12 @@ func (s *Store) giveUp(c *call, deadline bool) error {
 		return nil
 	}
 	if tr := c.trip.Load(); deadline && tr != nil && tr.state.CompareAndSwap(tripInFlight, tripLate) {
-		s.breaker.failure(micros(s.mono()))
+		s.breaker.failure(micros(s.mono()), tr.sent)
 	}
 	return errAbandoned
 }
 
 var errAbandoned = errors.New("abandoned")
-
-var timers sync.Pool
-
-func getTimer(d time.Duration) *time.Timer {
-	if t, ok := timers.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
-	}
-	return time.NewTimer(d)
-}
-
-func putTimer(t *time.Timer) {
-	t.Stop()
-	timers.Put(t)
-}
 
 // submit queues c and starts a round trip if none is in flight, if those in
 // flight are slow, or if enough calls wait. It reports false if too many
@@ -425,38 +442,87 @@ func (s *Store) submit(c *call) bool {
 		return false
 	}
 	s.queue = append(s.queue, c)
+	if s.queueDeadline.IsZero() || c.deadline.Before(s.queueDeadline) {
+		s.queueDeadline = c.deadline
+	}
 	mono := s.mono()
-	switch {
-	case s.inflight == 0,
-		s.inflight < s.maxInflight && mono-s.lastSent >= slowAfter,
-		s.inflight < 2 && len(s.queue) >= secondTrip:
+	if s.inflight == 0 ||
+		s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter() ||
+		s.inflight < 2 && len(s.queue) >= secondTrip {
 		s.startLocked(mono) // unlocks
 		return true
-	case !s.kickArmed && s.inflight < s.maxInflight:
-		s.kickArmed = true
-		s.kick.Reset(s.lastSent + slowAfter - mono)
 	}
+	s.armKickLocked(mono)
 	s.mu.Unlock()
 	return true
 }
 
-// kickQueue sends the queue past round trips that have been out for
-// slowAfter.
+// armKickLocked arms the kick timer for the earlier of the moment the round
+// trips in flight count as slow and the earliest deadline in the queue.
+// s.mu must be held.
+func (s *Store) armKickLocked(mono time.Duration) {
+	var wait time.Duration = -1
+	if s.inflight < s.maxInflight {
+		wait = max(s.lastSent+s.rtt.slowAfter()-mono, 0)
+	}
+	if !s.queueDeadline.IsZero() {
+		if d := max(time.Until(s.queueDeadline), 0); wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	if wait < 0 {
+		return // a round trip coming back takes the queue
+	}
+	at := mono + wait
+	if s.kickArmed && s.kickAt <= at {
+		return
+	}
+	s.kickArmed, s.kickAt = true, at
+	s.kick.Reset(wait)
+}
+
+// kickQueue answers the queued calls whose deadlines have passed, and sends
+// the queue past round trips that have been out too long.
 func (s *Store) kickQueue() {
 	s.mu.Lock()
 	s.kickArmed = false
-	if len(s.queue) == 0 || s.inflight >= s.maxInflight {
+	if len(s.queue) == 0 {
 		s.mu.Unlock()
 		return
+	}
+	if now := time.Now(); !now.Before(s.queueDeadline) {
+		// Calls that waited their whole deadline in the queue (every
+		// connection busy with slow round trips): answer them now.
+		var next time.Time
+		kept := s.queue[:0]
+		for _, c := range s.queue {
+			if c.state.Load() != callPending {
+				continue
+			}
+			if !now.Before(c.deadline) {
+				c.fail(timeoutErr(c))
+				continue
+			}
+			if next.IsZero() || c.deadline.Before(next) {
+				next = c.deadline
+			}
+			kept = append(kept, c)
+		}
+		clear(s.queue[len(kept):])
+		s.queue, s.queueDeadline = kept, next
+		if len(s.queue) == 0 {
+			s.queue = nil
+			s.mu.Unlock()
+			return
+		}
 	}
 	mono := s.mono()
-	if wait := s.lastSent + slowAfter - mono; wait > 0 {
-		s.kickArmed = true
-		s.kick.Reset(wait)
-		s.mu.Unlock()
+	if s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter() {
+		s.startLocked(mono)
 		return
 	}
-	s.startLocked(mono)
+	s.armKickLocked(mono)
+	s.mu.Unlock()
 }
 
 // startLocked takes the queue into a new round trip, on an idle runner or a
@@ -533,9 +599,15 @@ func (s *Store) takeQueue() []*call {
 	q := s.queue
 	if len(q) > maxBatch {
 		s.queue = append([]*call(nil), q[maxBatch:]...)
+		s.queueDeadline = time.Time{}
+		for _, c := range s.queue {
+			if s.queueDeadline.IsZero() || c.deadline.Before(s.queueDeadline) {
+				s.queueDeadline = c.deadline
+			}
+		}
 		return q[:maxBatch:maxBatch]
 	}
-	s.queue = nil
+	s.queue, s.queueDeadline = nil, time.Time{}
 	return q
 }
 
@@ -550,14 +622,16 @@ func (s *Store) prepare(batch []*call) []*call {
 		if c.state.Load() != callPending {
 			continue
 		}
-		if k := c.op.Kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.cached(c, now) {
-			c.deliver()
+		if !wall.Before(c.deadline) {
+			c.fail(timeoutErr(c))
 			continue
 		}
-		if !wall.Before(c.deadline) {
-			c.err = fmt.Errorf("%w: the deadline passed while the call waited for a connection", ErrUnavailable)
-			c.deliver()
-			continue
+		if k := c.op.Kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
+			if s.cache.answer(c, now) {
+				c.release()
+				continue
+			}
+			c.state.Store(callPending)
 		}
 		kept = append(kept, c)
 	}
@@ -566,52 +640,59 @@ func (s *Store) prepare(batch []*call) []*call {
 
 // roundTrip sends batch to Redis and delivers the answers. The round trip
 // runs on a context that never expires, so it always finishes on its
-// connection, whatever its callers do meanwhile: a caller whose deadline
-// passes stops waiting (see do) and counts the round trip as failed.
+// connection, whatever its callers do meanwhile: its watchdog answers each
+// call at its deadline (see trip), and the round trip's answers then go to
+// the calls still waiting.
 func (s *Store) roundTrip(batch []*call) {
 	batch = s.prepare(batch)
 	if len(batch) == 0 {
 		return
 	}
-	tr := &trip{}
+	epoch := s.epoch.check(s)
+	sent, sentMono := s.now(), s.mono()
+	tr := &trip{sent: micros(sentMono), s: s, calls: batch}
 	for _, c := range batch {
 		c.trip.Store(tr)
 	}
-	epoch := s.epoch.check(s)
-	sent := s.now()
+	tr.watch()
 	groups, err := s.exec(context.Background(), batch, epoch)
+	tr.timer.Stop()
 	recv := s.now()
 	if tr.state.CompareAndSwap(tripInFlight, tripBack) {
 		switch {
 		case err == nil:
 			s.breaker.success()
+			s.rtt.observe(s.mono() - sentMono)
 		case !isMisconfig(err):
-			s.breaker.failure(micros(s.mono()))
+			s.breaker.failure(micros(s.mono()), tr.sent)
 		}
 	}
 	if epoch != nil {
-		s.epoch.learn(s, epoch, sent)
+		s.epoch.learn(s, epoch, micros(sentMono))
 	}
 	for i := range groups {
 		g := &groups[i]
 		now, per, gerr := replies(g, batch)
 		for k, j := range g.idx {
 			c := batch[j]
-			switch {
-			case gerr != nil:
-				c.err = classify(gerr)
-			default:
-				v := per[k]
-				if err := c.decode(now, v); err != nil {
-					c.err = err
-				} else if kind := c.op.Kind; kind == tollgate.OpTake || kind == tollgate.OpInspect {
-					s.cache.learn(s, c, now, v, sent, recv)
-				}
-				if v[0] > 3 {
-					s.repairs.report(s, c, v[0]>>2)
-				}
+			if !c.claim() {
+				continue // answered by the watchdog, or abandoned
 			}
-			c.deliver()
+			if gerr != nil {
+				c.err = classify(gerr)
+				c.release()
+				continue
+			}
+			v := per[k]
+			if err := c.decode(now, v); err != nil {
+				c.err = err
+			} else if kind := c.op.Kind; kind == tollgate.OpTake || kind == tollgate.OpInspect {
+				s.cache.learn(s, c, now, v, sent, recv)
+			}
+			if v[0] > 3 {
+				s.repairs.report(s, c, v[0]>>2)
+			}
+			c.release()
 		}
 	}
 }

@@ -48,8 +48,12 @@ func (sub *subscription) run() {
 	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	tick := time.NewTicker(idleCheck)
 	defer tick.Stop()
+	epoch := time.NewTicker(epochEvery / 2)
+	defer epoch.Stop()
 	for {
 		select {
+		case <-epoch.C:
+			s.epoch.probe(s)
 		case m, ok := <-msgs:
 			if !ok {
 				sub.stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,12 @@ import (
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/storetest"
 )
+
+var (
+	freePlan, startupPlan, growthPlan, enterprisePlan = plan(0), plan(1), plan(2), plan(3)
+)
+
+func plan(i int) tollgate.Plan { return tollgate.DefaultPlans()[i] }
 
 // planDB stands in for the application's database of plans.
 type planDB struct {
@@ -39,7 +46,7 @@ func (db *planDB) ResolvePlan(ctx context.Context, tenant string) (tollgate.Plan
 	if p, ok := db.plans[tenant]; ok {
 		return p, nil
 	}
-	return tollgate.Free, nil
+	return freePlan, nil
 }
 
 func (db *planDB) set(tenant string, p tollgate.Plan) {
@@ -59,35 +66,35 @@ func newCache(t *testing.T, db *planDB, opts ...tollgate.CachingOption) (*tollga
 }
 
 func TestCachingResolverTTLAndInvalidate(t *testing.T) {
-	db := &planDB{plans: map[string]tollgate.Plan{"acme": tollgate.Startup}}
+	db := &planDB{plans: map[string]tollgate.Plan{"acme": startupPlan}}
 	c, clock := newCache(t, db)
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
-		if p, err := c.ResolvePlan(ctx, "acme"); err != nil || p != tollgate.Startup {
+		if p, err := c.ResolvePlan(ctx, "acme"); err != nil || p.Name != startupPlan.Name {
 			t.Fatalf("ResolvePlan = %v, %v", p, err)
 		}
 	}
 	if n := db.lookups.Load(); n != 1 {
 		t.Fatalf("%d lookups within the TTL, want 1", n)
 	}
-	db.set("acme", tollgate.Enterprise)
+	db.set("acme", enterprisePlan)
 	clock.Advance(59 * time.Second)
-	if p, _ := c.ResolvePlan(ctx, "acme"); p != tollgate.Startup {
+	if p, _ := c.ResolvePlan(ctx, "acme"); p.Name != startupPlan.Name {
 		t.Fatalf("within the TTL the cached plan should hold, got %v", p.Name)
 	}
 	clock.Advance(time.Second)
 	// Past the TTL the cached plan is served while a lookup refreshes it.
-	if p, _ := c.ResolvePlan(ctx, "acme"); p != tollgate.Startup {
+	if p, _ := c.ResolvePlan(ctx, "acme"); p.Name != startupPlan.Name {
 		t.Fatalf("the first request after the TTL got %v, want the cached startup", p.Name)
 	}
-	waitFor(t, func() bool { p, _ := c.ResolvePlan(ctx, "acme"); return p == tollgate.Enterprise })
+	waitFor(t, func() bool { p, _ := c.ResolvePlan(ctx, "acme"); return p.Name == enterprisePlan.Name })
 	if n := db.lookups.Load(); n != 2 {
 		t.Fatalf("%d lookups after one TTL, want 2", n)
 	}
 	// Invalidate: the change applies on the very next request.
-	db.set("acme", tollgate.Growth)
+	db.set("acme", growthPlan)
 	c.Invalidate("acme")
-	if p, _ := c.ResolvePlan(ctx, "acme"); p != tollgate.Growth {
+	if p, _ := c.ResolvePlan(ctx, "acme"); p.Name != growthPlan.Name {
 		t.Fatalf("after Invalidate got %v, want growth", p.Name)
 	}
 }
@@ -133,7 +140,7 @@ func TestCachingResolverWaiterCancellation(t *testing.T) {
 }
 
 func TestCachingResolverInvalidateDuringLookup(t *testing.T) {
-	db := &planDB{plans: map[string]tollgate.Plan{"acme": tollgate.Startup}, gate: make(chan struct{})}
+	db := &planDB{plans: map[string]tollgate.Plan{"acme": startupPlan}, gate: make(chan struct{})}
 	c, _ := newCache(t, db)
 	done := make(chan tollgate.Plan)
 	go func() {
@@ -145,22 +152,22 @@ func TestCachingResolverInvalidateDuringLookup(t *testing.T) {
 	}
 	// The plan changes while the old lookup is under way.
 	c.Invalidate("acme")
-	db.set("acme", tollgate.Enterprise)
+	db.set("acme", enterprisePlan)
 	close(db.gate)
 	<-done
-	if p, _ := c.ResolvePlan(context.Background(), "acme"); p != tollgate.Enterprise {
+	if p, _ := c.ResolvePlan(context.Background(), "acme"); p.Name != enterprisePlan.Name {
 		t.Fatalf("an answer from before Invalidate was cached: %v", p.Name)
 	}
 }
 
 func TestCachingResolverStaleOnError(t *testing.T) {
-	db := &planDB{plans: map[string]tollgate.Plan{"acme": tollgate.Growth}}
+	db := &planDB{plans: map[string]tollgate.Plan{"acme": growthPlan}}
 	c, clock := newCache(t, db)
 	ctx := context.Background()
 	c.ResolvePlan(ctx, "acme")
 	db.fail.Store(true)
 	clock.Advance(90 * time.Second) // expired, within one more TTL
-	if p, err := c.ResolvePlan(ctx, "acme"); err != nil || p != tollgate.Growth {
+	if p, err := c.ResolvePlan(ctx, "acme"); err != nil || p.Name != growthPlan.Name {
 		t.Fatalf("with the database down the last plan should serve: %v, %v", p, err)
 	}
 	clock.Advance(31 * time.Second)
@@ -225,7 +232,7 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func TestCachingResolverServesStaleWhileRefreshing(t *testing.T) {
-	db := &planDB{plans: map[string]tollgate.Plan{"acme": tollgate.Growth}}
+	db := &planDB{plans: map[string]tollgate.Plan{"acme": growthPlan}}
 	c, clock := newCache(t, db)
 	ctx := context.Background()
 	c.ResolvePlan(ctx, "acme")
@@ -236,10 +243,59 @@ func TestCachingResolverServesStaleWhileRefreshing(t *testing.T) {
 	go func() { p, _ := c.ResolvePlan(ctx, "acme"); done <- p }()
 	select {
 	case p := <-done:
-		if p != tollgate.Growth {
+		if p.Name != growthPlan.Name {
 			t.Fatalf("got %v, want the cached growth plan", p.Name)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a request with a recently cached plan waited on a hung database")
+	}
+}
+
+func TestCachingResolverSurvivesPanics(t *testing.T) {
+	var calls atomic.Int64
+	c, err := tollgate.NewCachingResolver(tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
+		calls.Add(1)
+		panic("database driver bug")
+	}), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ResolvePlan(context.Background(), "acme")
+	if err == nil || !strings.Contains(err.Error(), "panicked") || !strings.Contains(err.Error(), "database driver bug") {
+		t.Fatalf("a panicking resolver gave %v, want an error naming the panic", err)
+	}
+	// The failure is remembered for a moment rather than retried on
+	// every request.
+	c.ResolvePlan(context.Background(), "acme")
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d lookups, want 1 within a second of the failure", n)
+	}
+}
+
+func TestCachingResolverAbandonsLookupsThatIgnoreTheirContext(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	c, err := tollgate.NewCachingResolver(tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
+		<-block // ignores its context
+		return freePlan, nil
+	}), time.Minute, tollgate.WithLookupTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.ResolvePlan(context.Background(), "acme")
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("a hung resolver: %v after %v, want an error after about the lookup timeout", err, time.Since(start))
+	}
+}
+
+func TestCachingResolverRefusesLongTenants(t *testing.T) {
+	db := &planDB{plans: map[string]tollgate.Plan{}}
+	c, _ := newCache(t, db)
+	if _, err := c.ResolvePlan(context.Background(), strings.Repeat("x", tollgate.MaxTenantLength+1)); !errors.Is(err, tollgate.ErrInvalidTenant) {
+		t.Fatalf("long tenant: %v", err)
+	}
+	if db.lookups.Load() != 0 || c.Len() != 0 {
+		t.Fatal("a refused tenant reached the database or the cache")
 	}
 }

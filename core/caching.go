@@ -17,9 +17,16 @@ import (
 // wait on the wrapped resolver only for tenants not seen lately, and a
 // database outage shorter than the TTL goes unnoticed.
 //
+// The wrapped resolver cannot hurt requests: a lookup that panics fails,
+// one that overruns the lookup timeout (even ignoring its context) is
+// abandoned and failed, and a failed lookup is retried after a second at
+// the earliest. Tenant IDs longer than MaxTenantLength are refused, so the
+// cache holds at most its entry bound times about MaxTenantLength plus one
+// plan (a plan is bounded too: 16 policies, 64-character names).
+//
 // A plan change takes effect on the tenant's next request after Invalidate,
 // or within about a TTL without it. A CachingResolver is safe for concurrent
-// use.
+// use. The zero CachingResolver is not usable; call NewCachingResolver.
 type CachingResolver struct {
 	next          PlanResolver
 	ttl           time.Duration
@@ -33,11 +40,13 @@ type CachingResolver struct {
 	size    atomic.Int64
 	mu      sync.Mutex
 	flights map[string]*flight
+	stuck   atomic.Int64 // lookups still running past their timeout
 }
 
 type cachedPlan struct {
 	plan    Plan
 	expires time.Time
+	err     error // a failed lookup, remembered until expires
 }
 
 type flight struct {
@@ -48,6 +57,15 @@ type flight struct {
 
 // closed is the done channel of a flight that needed no lookup.
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+const (
+	// retryFailedAfter is how long a failed lookup is remembered, so a
+	// resolver that is down is not asked again on every request.
+	retryFailedAfter = time.Second
+	// maxStuckLookups bounds the goroutines left behind by a resolver
+	// that ignores its context; past it, lookups fail at once.
+	maxStuckLookups = 64
+)
 
 // A CachingOption configures a CachingResolver.
 type CachingOption func(*CachingResolver)
@@ -60,13 +78,15 @@ func WithMaxEntries(n int) CachingOption {
 
 // WithLookupTimeout bounds each lookup made through the wrapped resolver
 // (default 2 s). A lookup is shared by every request waiting for it, so it
-// does not end when the request that started it is cancelled.
+// does not end when the request that started it is cancelled; each request
+// waits at most its own deadline (see WithResolverTimeout).
 func WithLookupTimeout(d time.Duration) CachingOption {
 	return func(c *CachingResolver) { c.lookupTimeout = d }
 }
 
-// WithCacheClock makes the cache read its time from now; it is meant for tests.
-func WithCacheClock(now func() time.Time) CachingOption {
+// withCacheClock makes the cache read its time from now; tests reach it
+// through export_test.go.
+func withCacheClock(now func() time.Time) CachingOption {
 	return func(c *CachingResolver) { c.now = now }
 }
 
@@ -82,10 +102,12 @@ func NewCachingResolver(next PlanResolver, ttl time.Duration, opts ...CachingOpt
 		flights:       make(map[string]*flight),
 	}
 	for _, o := range opts {
-		o(c)
+		if o != nil {
+			o(c)
+		}
 	}
 	switch {
-	case next == nil:
+	case isNil(next):
 		return nil, errors.New("tollgate: NewCachingResolver: the wrapped resolver is nil")
 	case ttl <= 0:
 		return nil, fmt.Errorf("tollgate: NewCachingResolver: ttl must be > 0, got %v", ttl)
@@ -98,28 +120,44 @@ func NewCachingResolver(next PlanResolver, ttl time.Duration, opts ...CachingOpt
 }
 
 // ResolvePlan returns the cached plan of tenant, looking it up when it is
-// missing or older than the TTL.
+// missing or older than the TTL. It waits for a lookup until ctx is done.
 func (c *CachingResolver) ResolvePlan(ctx context.Context, tenant string) (Plan, error) {
+	return c.resolveWithin(ctx, tenant, 0)
+}
+
+// resolveWithin is ResolvePlan waiting no longer than timeout (if > 0).
+func (c *CachingResolver) resolveWithin(ctx context.Context, tenant string, timeout time.Duration) (Plan, error) {
+	if err := checkTenant(tenant); err != nil {
+		return Plan{}, err
+	}
 	now := c.now()
 	var e cachedPlan
 	v, ok := c.entries.Load(tenant)
 	if ok {
 		e = v.(cachedPlan)
 		if now.Before(e.expires) {
-			return e.plan, nil
+			return e.plan, e.err
 		}
 	}
 	f := c.startLookup(ctx, tenant, now)
-	if ok && now.Before(e.expires.Add(c.ttl)) {
+	if ok && e.err == nil && now.Before(e.expires.Add(c.ttl)) {
 		// Stale, but recent: serve it while the lookup runs, so that a
 		// busy tenant's requests do not all wait on the database each
 		// TTL, nor fail while it is down.
 		return e.plan, nil
 	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-f.done:
 	case <-ctx.Done():
 		return Plan{}, ctx.Err()
+	case <-expired:
+		return Plan{}, errResolverTimeout
 	}
 	if f.err != nil {
 		return Plan{}, f.err
@@ -134,33 +172,66 @@ func (c *CachingResolver) startLookup(ctx context.Context, tenant string, now ti
 	defer c.mu.Unlock()
 	// A lookup may have finished since the caller missed the cache.
 	if v, ok := c.entries.Load(tenant); ok && now.Before(v.(cachedPlan).expires) {
-		return &flight{done: closed, plan: v.(cachedPlan).plan}
+		e := v.(cachedPlan)
+		return &flight{done: closed, plan: e.plan, err: e.err}
 	}
 	f, inFlight := c.flights[tenant]
-	if !inFlight {
-		f = &flight{done: make(chan struct{})}
-		c.flights[tenant] = f
-		go c.lookup(context.WithoutCancel(ctx), tenant, f)
+	if inFlight {
+		return f
 	}
+	f = &flight{done: make(chan struct{})}
+	if c.stuck.Load() >= maxStuckLookups {
+		f.err = fmt.Errorf("tollgate: CachingResolver: %d lookups are stuck in the wrapped resolver; not starting another", maxStuckLookups)
+		close(f.done)
+		return f
+	}
+	c.flights[tenant] = f
+	go c.lookup(context.WithoutCancel(ctx), tenant, f)
 	return f
 }
 
+// lookup asks the wrapped resolver for tenant's plan and settles f with the
+// answer, or with an error if the resolver panics or overruns the lookup
+// timeout.
 func (c *CachingResolver) lookup(ctx context.Context, tenant string, f *flight) {
 	ctx, cancel := context.WithTimeout(ctx, c.lookupTimeout)
 	defer cancel()
-	f.plan, f.err = c.next.ResolvePlan(ctx, tenant)
-	if f.err == nil {
-		f.err = f.plan.Validate()
+	type answer struct {
+		plan Plan
+		err  error
 	}
+	done := make(chan answer, 1)
+	go func() {
+		p, err := safeResolve(func() (Plan, error) { return c.next.ResolvePlan(ctx, tenant) })
+		if err == nil {
+			err = p.Validate()
+		}
+		done <- answer{p, err}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		// The resolver ignores its context: leave it behind, counted.
+		c.stuck.Add(1)
+		go func() { <-done; c.stuck.Add(-1) }()
+		a.err = fmt.Errorf("%w: the lookup overran %v", errResolverTimeout, c.lookupTimeout)
+	}
+	f.plan, f.err = a.plan, a.err
 	c.mu.Lock()
 	// An Invalidate during the lookup orphans this flight: its answer may
 	// predate the plan change, so it is given to its waiters but not kept.
 	current := c.flights[tenant] == f
 	if current {
 		delete(c.flights, tenant)
-	}
-	if f.err == nil && current {
-		c.storeLocked(tenant, cachedPlan{plan: f.plan, expires: c.now().Add(c.ttl)})
+		if f.err == nil {
+			c.storeLocked(tenant, cachedPlan{plan: f.plan, expires: c.now().Add(c.ttl)})
+		} else if v, ok := c.entries.Load(tenant); !ok || v.(cachedPlan).err != nil || !c.now().Before(v.(cachedPlan).expires.Add(c.ttl)) {
+			// A failure replaces no plan that can still be served stale;
+			// it is remembered a moment, so that a resolver that is down
+			// is not asked again on every request.
+			c.storeLocked(tenant, cachedPlan{err: f.err, expires: c.now().Add(retryFailedAfter)})
+		}
 	}
 	c.mu.Unlock()
 	close(f.done)

@@ -1,4 +1,4 @@
-package tollgate_test
+package tollgatehttp_test
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"net/netip"
 	"testing"
 
-	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
 func TestClientIP(t *testing.T) {
-	proxies, err := tollgate.ParsePrefixes("10.0.0.0/8", "fd00::/8", "192.0.2.7")
+	proxies, err := tollgatehttp.ParsePrefixes("10.0.0.0/8", "fd00::/8", "192.0.2.7")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,27 +51,27 @@ func TestClientIP(t *testing.T) {
 			if !c.trusted {
 				trusted = nil
 			}
-			if got := tollgate.ClientIP(r, trusted).String(); got != c.want {
+			if got := tollgatehttp.ClientIP(r, trusted).String(); got != c.want {
 				t.Errorf("ClientIP = %s, want %s", got, c.want)
 			}
 		})
 	}
-	if _, err := tollgate.ParsePrefixes("10.0.0.0/33"); err == nil {
+	if _, err := tollgatehttp.ParsePrefixes("10.0.0.0/33"); err == nil {
 		t.Error("a bad CIDR was accepted")
 	}
 }
 
 func TestIPKeyGroupsIPv6By64(t *testing.T) {
-	a := tollgate.IPKeyString("2001:db8:1:2:aaaa::1")
-	b := tollgate.IPKeyString("2001:db8:1:2:bbbb::9")
-	c := tollgate.IPKeyString("2001:db8:1:3::1")
+	a := tollgatehttp.IPKeyString("2001:db8:1:2:aaaa::1")
+	b := tollgatehttp.IPKeyString("2001:db8:1:2:bbbb::9")
+	c := tollgatehttp.IPKeyString("2001:db8:1:3::1")
 	if a != b || a == c || a != "2001:db8:1:2::/64" {
 		t.Errorf("keys %q %q %q: one /64 must share a key, another must not", a, b, c)
 	}
-	if k := tollgate.IPKeyString("198.51.100.4"); k != "198.51.100.4" {
+	if k := tollgatehttp.IPKeyString("198.51.100.4"); k != "198.51.100.4" {
 		t.Errorf("IPv4 key %q", k)
 	}
-	if k := tollgate.IPKeyString("nonsense"); k != "" {
+	if k := tollgatehttp.IPKeyString("nonsense"); k != "" {
 		t.Errorf("key of nonsense %q, want empty", k)
 	}
 }
@@ -83,7 +83,7 @@ type principal struct{ id string }
 func (p principal) String() string { return p.id }
 
 func TestTenantFromContext(t *testing.T) {
-	get := tollgate.TenantFromContext(ctxKey{})
+	get := tollgatehttp.TenantFromContext(ctxKey{})
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	if got := get(r); got != "" {
 		t.Errorf("no value: %q", got)
@@ -101,17 +101,17 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("10.0.0.1:80", "1.2.3.4, 5.6.7.8", "9.9.9.9")
 	f.Add("[::1]:1", ",,,", "")
 	f.Add("203.0.113.1:5", "[fe80::1%eth0]:80", "::ffff:1.2.3.4")
-	proxies, _ := tollgate.ParsePrefixes("10.0.0.0/8", "::1/128")
+	proxies, _ := tollgatehttp.ParsePrefixes("10.0.0.0/8", "::1/128")
 	f.Fuzz(func(t *testing.T, remote, xff, realIP string) {
 		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
 		r.Header.Set("X-Forwarded-For", xff)
 		r.Header.Set("X-Real-Ip", realIP)
-		got := tollgate.ClientIP(r, proxies)
-		direct := tollgate.ClientIP(&http.Request{RemoteAddr: remote}, nil)
+		got := tollgatehttp.ClientIP(r, proxies)
+		direct := tollgatehttp.ClientIP(&http.Request{RemoteAddr: remote}, nil)
 		if direct.IsValid() && !inAny(direct, proxies) && got != direct {
 			t.Fatalf("untrusted peer %v: headers changed the client to %v", direct, got)
 		}
-		_ = tollgate.IPKeyString(xff)
+		_ = tollgatehttp.IPKeyString(xff)
 	})
 }
 
