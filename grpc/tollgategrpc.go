@@ -14,7 +14,7 @@ import (
 )
 
 // An Option configures the interceptors that UnaryServerInterceptor and
-// StreamServerInterceptor return.
+// StreamServerInterceptor return; a nil Option changes nothing.
 type Option func(*config)
 
 type config struct {

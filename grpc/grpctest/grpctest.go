@@ -46,7 +46,8 @@ import (
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
-// A Setup is what a server under test limits with.
+// A Setup is what a server under test limits with. The kit fills it in;
+// its Limiter is never nil.
 type Setup struct {
 	Limiter *tollgate.Limiter
 }
