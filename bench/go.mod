@@ -59,6 +59,7 @@ require (
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
 	github.com/tollgate-go/tollgate/grpc v0.0.0
+	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	github.com/ulule/limiter/v3 v3.11.2
@@ -91,3 +92,5 @@ replace github.com/tollgate-go/tollgate/echo => ../echo
 replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
 
 replace github.com/tollgate-go/tollgate/grpc => ../grpc
+
+replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis

@@ -15,6 +15,7 @@ require (
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
 	github.com/tollgate-go/tollgate/grpc v0.0.0
+	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -73,4 +74,5 @@ replace (
 	github.com/tollgate-go/tollgate/fiber => ../fiber
 	github.com/tollgate-go/tollgate/gin => ../gin
 	github.com/tollgate-go/tollgate/grpc => ../grpc
+	github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
 )

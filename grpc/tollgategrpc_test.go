@@ -3,7 +3,6 @@ package tollgategrpc_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/storetest"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgategrpc "github.com/tollgate-go/tollgate/grpc"
 	"github.com/tollgate-go/tollgate/grpc/grpctest"
@@ -69,14 +67,7 @@ func newLimiter(t *testing.T) (*tollgate.Limiter, *adaptertest.Events) {
 		{Budget: "reports", Limit: tollgate.Limit{Rate: 1, Burst: 10}},
 		{Budget: "exports", Limit: tollgate.Limit{Rate: 1, Burst: 20}},
 	}}
-	// The reference store, which applies several policies in one step.
-	clock := storetest.NewClock()
-	events := &adaptertest.Events{}
-	l, err := tollgate.New(storetest.NewModel(clock.Now), tollgate.SinglePlan(plan),
-		adaptertest.WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, events, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(plan))
 	return l, events
 }
 
@@ -135,15 +126,6 @@ func remaining(t *testing.T, header metadata.MD) string {
 	return v[0]
 }
 
-// captureLog sends slog's default logger to a buffer until the test ends.
-func captureLog(t *testing.T) *strings.Builder {
-	var buf strings.Builder
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
-	return &buf
-}
-
 func TestConfigurationErrors(t *testing.T) {
 	l, _ := newLimiter(t)
 	for _, tc := range []struct {
@@ -171,7 +153,7 @@ func TestConfigurationErrors(t *testing.T) {
 		}, "WithCostFunc and WithMethodCosts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := captureLog(t)
+			logs := adaptertest.CaptureDefaultLog(t)
 			conn := serve(t, tc.l, tc.opts...)
 			if n := strings.Count(logs.String(), "rate limiter misconfigured"); n != 2 || !strings.Contains(logs.String(), tc.logNote) {
 				t.Errorf("log %q: want the error, naming %q, once per interceptor", logs.String(), tc.logNote)

@@ -109,8 +109,8 @@ func (sc scenario) run(ctx context.Context, conn *grpc.ClientConn, t *tally) err
 	err = conn.Invoke(ctx, helloMethod, wrapperspb.String(""), new(wrapperspb.StringValue))
 	fmt.Fprintf(out, "  %-15s no tenant: %s: %s\n", "Hello", status.Code(err), status.Convert(err).Message())
 
-	fmt.Fprintf(out, "as tenant %s, on plan %q (burst %d, %g tokens/s): %d x Hello (1 token), %d x CreateReport (10 tokens)\n",
-		sc.Tenant, plan.Name, plan.Limit.Burst, plan.Limit.Rate, sc.Hellos, sc.Reports)
+	fmt.Fprintf(out, "as tenant %s, on plan %q (burst %d, %g tokens/s): %d x Hello (1 token), %d x CreateReport (%d tokens)\n",
+		sc.Tenant, plan.Name, plan.Limit.Burst, plan.Limit.Rate, sc.Hellos, sc.Reports, demo.ReportCost)
 	ctx = metadata.AppendToOutgoingContext(ctx, demo.TenantHeader, sc.Tenant)
 	call := func(method string, n int) {
 		name := fmt.Sprintf("%s %d", shortName(method), n)

@@ -7,11 +7,12 @@
 //	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/grpc
 //
 // The service tollgate.demo.v1.Demo has two unary methods: Hello costs a
-// tenant 1 token, CreateReport 10 (and draws from the plan's reports
-// budget, if it has one); the standard health service is not limited. The
-// tenant is the x-tenant-id metadata: acme is on the enterprise plan,
-// globex on growth, initech on startup, anyone else on free. The store is in
-// memory unless REDIS_URL is set.
+// tenant 1 token, CreateReport 10, from the plan and from the reports budget
+// (as POST /api/reports in the HTTP examples); the standard health service
+// is not limited. The tenant is the x-tenant-id metadata, with the plans of
+// the HTTP examples: acme is on the enterprise plan, globex on growth,
+// initech on startup, umbrella on trial, anyone else on free. The store is
+// in memory unless REDIS_URL is set.
 //
 // The client calls Hello and CreateReport as one tenant, back to back. A
 // call refused with ResourceExhausted carries a google.rpc.RetryInfo detail;

@@ -13,14 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate-go/tollgate/core/redisstore"
 	"github.com/tollgate-go/tollgate/examples/internal/launch"
+	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 // bin is the example's binary, built once by TestMain.
@@ -41,14 +42,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = bins["grpc"]
-	code := m.Run()
+	code := testredis.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
-
-// redisURL is the Redis that CI guarantees; the Redis test fails, rather
-// than skips, without it.
-const redisURL = "redis://127.0.0.1:6379/0"
 
 // command returns the example run with args, with this process's
 // environment less ADDR and REDIS_URL, plus env.
@@ -140,40 +137,31 @@ func TestDemo(t *testing.T) {
 func TestDemoOnRedis(t *testing.T) {
 	t.Parallel()
 	tenant := unique("redis")
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { rdb.Close() })
-	ctx := context.Background()
-	// Every key of the tenant's buckets: the prefix, then its hash tag.
-	pattern := "tollgate:{" + tenant + "}*"
-	keys := func() []string {
-		var keys []string
-		iter := rdb.Scan(ctx, 0, pattern, 100).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return keys
-	}
+	// The tests' own Redis (a throwaway redis-server, or the one
+	// TOLLGATE_TEST_REDIS names); the example keeps the tenant's buckets
+	// under the store's default prefix and its hash tag, and an epoch key
+	// beside them (to notice a Redis that lost its data), which goes once
+	// the example has exited.
+	addr := testredis.Shared(t)
+	prefix := redisstore.DefaultPrefix + "{" + tenant + "}"
 	t.Cleanup(func() {
-		if k := keys(); len(k) > 0 {
-			if err := rdb.Del(ctx, k...).Err(); err != nil {
-				t.Errorf("deleting the test's keys: %v", err)
+		for _, p := range []string{prefix, redisstore.DefaultPrefix + "{#epoch}"} {
+			if _, err := testredis.DeleteKeys(addr, p); err != nil {
+				t.Error(err)
 			}
 		}
 	})
 
-	stdout, stderr := runDemo(t, []string{"REDIS_URL=" + redisURL}, "-tenant", tenant, "-hellos", "21", "-reports", "0")
+	stdout, stderr := runDemo(t, []string{"REDIS_URL=redis://" + addr + "/0"}, "-tenant", tenant, "-hellos", "21", "-reports", "0")
 	checkStory(t, tenant, stdout)
 	checkThrottleLog(t, tenant, stderr)
 	// The bucket is in Redis, where every replica would find it.
-	if len(keys()) == 0 {
-		t.Errorf("no Redis key matches %s: the limits were not kept in Redis\n%s", pattern, stderr)
+	keys, err := testredis.Keys(addr, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) == 0 {
+		t.Errorf("no Redis key starts with %s: the limits were not kept in Redis\n%s", prefix, stderr)
 	}
 }
 

@@ -25,20 +25,17 @@ const (
 	createReportMethod = "/" + serviceName + "/CreateReport"
 )
 
-// reportsBudget is the budget that report creation draws from besides the
-// plan's own bucket; a plan without it sets no extra limit.
-const reportsBudget = "reports"
-
 // newServer returns the demo's gRPC server: the demo service limited per
-// tenant with limiter (Hello costs 1 token, CreateReport 10 and draws from
-// the reports budget), and the standard health service, not limited.
+// tenant with limiter (Hello costs 1 token, CreateReport demo.ReportCost and
+// draws from the demo.ReportsBudget budget too), and the standard health
+// service, not limited.
 func newServer(limiter *tollgate.Limiter) *grpc.Server {
 	limit := []tollgategrpc.Option{
 		// The tenant that authentication stored, so the budget spent is
 		// always the caller's own.
 		tollgategrpc.WithTenant(tollgategrpc.TenantFromContext(tenantKey{})),
-		tollgategrpc.WithMethodCosts(map[string]int64{createReportMethod: 10}),
-		tollgategrpc.WithMethodBudgets(map[string]string{createReportMethod: reportsBudget}),
+		tollgategrpc.WithMethodCosts(map[string]int64{createReportMethod: demo.ReportCost}),
+		tollgategrpc.WithMethodBudgets(map[string]string{createReportMethod: demo.ReportsBudget}),
 		// Load balancers must always get through.
 		tollgategrpc.WithSkip(func(_ context.Context, fullMethod string) bool {
 			return strings.HasPrefix(fullMethod, "/"+healthpb.Health_ServiceDesc.ServiceName+"/")
@@ -66,8 +63,8 @@ func hello(ctx context.Context) string {
 	return "hello, " + tenantOf(ctx)
 }
 
-// createReport stands in for expensive work, which is why it costs 10
-// tokens.
+// createReport stands in for expensive work, which is why it costs
+// demo.ReportCost tokens.
 func createReport(ctx context.Context) string {
 	return "report queued for " + tenantOf(ctx)
 }

@@ -19,6 +19,11 @@
 //
 // Use grpc.ChainUnaryInterceptor and grpc.ChainStreamInterceptor, so that
 // the kit's authentication runs first.
+//
+// With Setup.Limiter nil, every interceptor must log the mistake once, when
+// it is built, and end every call with codes.Internal, never panic. Run
+// swaps slog's default logger to see that, so it must not run in parallel
+// with other tests of the package.
 package grpctest
 
 import (
@@ -46,8 +51,8 @@ import (
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
-// A Setup is what a server under test limits with. The kit fills it in;
-// its Limiter is never nil.
+// A Setup is what a server under test limits with. Its Limiter is nil in
+// one case only, NilLimiter, which checks the answer to that mistake.
 type Setup struct {
 	Limiter *tollgate.Limiter
 }
@@ -101,7 +106,7 @@ func newKit(t *testing.T, service string, newServer NewServer, store tollgate.St
 		t.Fatal(err)
 	}
 	if store == nil {
-		store = storetest.NewModel(clock.Now)
+		store = storetest.NewModelStore(clock.Now)
 	}
 	events := &adaptertest.Events{}
 	opts = append([]tollgate.Option{adaptertest.WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)
@@ -507,6 +512,29 @@ func run(t *testing.T, service string, newServer NewServer) {
 		wg.Wait()
 		if codeCount[codes.OK] != int(big.Limit.Burst) || codeCount[codes.ResourceExhausted] != 40-int(big.Limit.Burst) {
 			t.Fatalf("codes %v, want exactly %d OK and the rest ResourceExhausted with the clock stopped", codeCount, big.Limit.Burst)
+		}
+	})
+
+	t.Run("NilLimiter", func(t *testing.T) {
+		logs := adaptertest.CaptureDefaultLog(t)
+		k := &kit{t: t, service: service, conn: Serve(t, newServer(t, Setup{})...)}
+		cause := tollgatehttp.ErrNoLimiter.Error()
+		built := logs.Count(cause)
+		if built == 0 {
+			t.Errorf("building interceptors without a Limiter logged no misconfiguration naming it:\n%s", logs)
+		}
+		for _, method := range Methods {
+			for range 2 {
+				r := k.call(method, "t-small")
+				k.wantCode(r, codes.Internal)
+				k.wantNoFigures(r)
+				if strings.Contains(r.status.Message(), "nil") {
+					t.Errorf("%s: message %q names the cause, which is for the log", method, r.status.Message())
+				}
+			}
+		}
+		if n := logs.Count(cause); n != built {
+			t.Errorf("the misconfiguration was logged %d times at build and %d times by calls; want only at build", built, n-built)
 		}
 	})
 

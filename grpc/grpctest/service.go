@@ -138,7 +138,8 @@ func Serve(t testing.TB, opts ...grpc.ServerOption) *grpc.ClientConn {
 		srv.RegisterService(d, struct{}{})
 	}
 	lis := bufconn.Listen(1 << 20)
-	go srv.Serve(lis)
+	// Serve returns when the cleanup stops the server; it has nothing to say.
+	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///grpctest",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
