@@ -26,9 +26,8 @@ type Store struct {
 }
 
 var (
-	_ tollgate.Store      = (*Store)(nil)
-	_ tollgate.TimedStore = (*Store)(nil)
-	_ tollgate.Checker    = (*Store)(nil)
+	_ tollgate.Store   = (*Store)(nil)
+	_ tollgate.Checker = (*Store)(nil)
 )
 
 // Stats are counters of a Store.
@@ -118,7 +117,7 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 // TakeAt is Take at the time now, which must carry a monotonic clock
 // reading, as time.Now's does; it saves the Store a clock read. A Store made
 // WithClock ignores now and reads its own clock. Take's clock and time.Now
-// agree within a few microseconds. It implements tollgate.TimedStore.
+// agree within a few microseconds.
 func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost int64, now time.Time) (tollgate.Result, error) {
 	b := s.b
 	if b == nil {
