@@ -14,6 +14,7 @@ require (
 	github.com/philhofer/fwd v1.1.3-0.20240916144458-20a13a1f6b7c // indirect
 	github.com/tinylib/msgp v1.2.5 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 require (
@@ -57,6 +58,7 @@ require (
 	github.com/tollgate-go/tollgate/echo v0.0.0
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
+	github.com/tollgate-go/tollgate/grpc v0.0.0
 	github.com/tollgate-go/tollgate/insights v0.0.0
 	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
@@ -69,12 +71,13 @@ require (
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
-	golang.org/x/crypto v0.53.0 // indirect
-	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.40.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.16.0
-	google.golang.org/protobuf v1.36.10 // indirect
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/tollgate-go/tollgate/core => ../core
@@ -88,6 +91,8 @@ replace github.com/tollgate-go/tollgate/gin => ../gin
 replace github.com/tollgate-go/tollgate/echo => ../echo
 
 replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
+
+replace github.com/tollgate-go/tollgate/grpc => ../grpc
 
 replace github.com/tollgate-go/tollgate/insights => ../insights
 
