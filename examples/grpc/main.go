@@ -87,7 +87,9 @@ func addr(def string) string {
 // nil, until client has run against it.
 func serve(ctx context.Context, logger *slog.Logger, address string, client func(ctx context.Context, address string) error) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	// The upgrade-candidates page (ADMIN_TOKEN) is an HTTP handler, and
+	// this service serves no HTTP; SHADOW=1 applies as in the HTTP apps.
+	limiter, _, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
