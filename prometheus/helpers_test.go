@@ -141,10 +141,11 @@ func testPlans(t *testing.T) tollgate.PlanResolver {
 }
 
 // newLimiter returns a Limiter over store, quiet, observed by the options'
-// observers.
+// observers. Its resolver timeout is long, so that a stall of a loaded
+// machine does not fail a decision open.
 func newLimiter(t *testing.T, store tollgate.Store, opts ...tollgate.Option) *tollgate.Limiter {
 	t.Helper()
-	l, err := tollgate.New(store, testPlans(t), append([]tollgate.Option{tollgate.WithLogger(nil)}, opts...)...)
+	l, err := tollgate.New(store, testPlans(t), append([]tollgate.Option{tollgate.WithLogger(nil), tollgate.WithResolverTimeout(time.Minute)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,5 +157,3 @@ func newLimiter(t *testing.T, store tollgate.Store, opts ...tollgate.Option) *to
 func newModel() *flakyStore {
 	return &flakyStore{Model: storetest.NewModel(storetest.NewClock().Now)}
 }
-
-var _ = time.Second

@@ -79,10 +79,10 @@ func TestHostileLabels(t *testing.T) {
 	got := gather(t, metrics) // a pedantic registry: fails on invalid or duplicate metrics
 	cut := long[:256]
 	expect(t, got, map[string]float64{
-		`tollgate_decisions_total{outcome="allowed",plan="free",policy="free",route="` + cut + `"}`:           2,
+		`tollgate_decisions_total{outcome="allowed",plan="free",policy="free",route="` + cut + `"}`:     2,
 		"tollgate_decisions_total{outcome=\"allowed\",plan=\"free\",policy=\"free\",route=\"/\uFFFD\"}": 1,
-		`tollgate_decisions_total{outcome="unknown",plan="free\x00",policy="free\x00",route=""}`:              1,
-		"tollgate_store_errors_total{kind=\"\uFFFD\"}":                                                        1,
+		`tollgate_decisions_total{outcome="unknown",plan="free\x00",policy="free\x00",route=""}`:        1,
+		"tollgate_store_errors_total{kind=\"\uFFFD\"}":                                                  1,
 	})
 }
 
@@ -238,8 +238,11 @@ func TestConcurrentDecisionsAndScrapes(t *testing.T) {
 			total += v
 		}
 	}
-	if total != workers*each || got[`tollgate_store_latency_seconds_count{}`] != workers*each {
-		t.Fatalf("%v decisions counted, %v latencies; want %d", total, got[`tollgate_store_latency_seconds_count{}`], workers*each)
+	// A plan lookup that outlasts its timeout on a loaded machine fails the
+	// decision open without calling the store.
+	called := workers*each - got[`tollgate_resolver_errors_total{}`]
+	if total != workers*each || got[`tollgate_store_latency_seconds_count{}`] != called {
+		t.Fatalf("%v decisions counted, %v latencies; want %d and %v", total, got[`tollgate_store_latency_seconds_count{}`], workers*each, called)
 	}
 	if sets := labelSets(got); len(sets) > 8+2+1 {
 		t.Fatalf("%d label sets past a limit of 8", len(sets))

@@ -267,16 +267,19 @@ func (t *Tally) insert(k Labels, h uint64, bound int64) *series {
 	return s
 }
 
-// labelValue returns s as a label value: valid UTF-8, at most
-// MaxLabelLength bytes.
+// labelValue returns s as a label value: valid UTF-8 (a run of invalid
+// bytes becomes U+FFFD), cut at a rune boundary to at most MaxLabelLength
+// bytes.
 func labelValue(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) > MaxLabelLength {
-		s = s[:MaxLabelLength]
-		for len(s) > 0 && !utf8.ValidString(s) && !utf8.RuneStart(s[len(s)-1]) {
-			s = s[:len(s)-1]
+		cut := MaxLabelLength
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
 		}
+		s = s[:cut]
 	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return s
 }
 
 // Decisions calls fn for every label set kept and every outcome, with the

@@ -1,0 +1,372 @@
+// Package tally counts a Limiter's decisions for the metrics modules
+// (tollgateprom, tollgateotel): lock-free counters per label set, found
+// without a lock or an allocation, and histograms of plain atomic buckets.
+// The exporters read the counts when they are scraped or collected, so a
+// decision costs a hash, a few compares and a few atomic adds, whatever
+// the metrics library.
+//
+// The source lives in prometheus/internal/tally; otel/internal/tally is a
+// copy made by go generate in otel/, which a test there keeps identical.
+package tally
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+)
+
+// Other is the label value that stands for the values the cardinality
+// limit folded away.
+const Other = "other"
+
+// DefaultCardinalityLimit is the number of (plan, policy, route) label sets
+// a Tally keeps before it folds new ones.
+const DefaultCardinalityLimit = 1000
+
+// MaxLabelLength bounds a label value in bytes; longer ones are cut.
+const MaxLabelLength = 256
+
+// outcomes is one more than the largest tollgate.Outcome: index 0 counts
+// outcomes this package does not know, so that a newer core never panics it.
+const outcomes = int(tollgate.OutcomeRejected) + 1
+
+// maxKinds bounds the error kinds counted apart; the rest are Other.
+const maxKinds = 16
+
+// Outcomes lists the outcomes a decision can have, in order.
+var Outcomes = []tollgate.Outcome{
+	tollgate.OutcomeAllowed, tollgate.OutcomeDelayed, tollgate.OutcomeDenied, tollgate.OutcomeShadowDenied,
+	tollgate.OutcomeFailedOpen, tollgate.OutcomeFailedClosed, tollgate.OutcomeRejected,
+}
+
+// FallbackOutcomes lists the outcomes a decision of the fallback store can
+// have.
+var FallbackOutcomes = []tollgate.Outcome{
+	tollgate.OutcomeAllowed, tollgate.OutcomeDelayed, tollgate.OutcomeDenied, tollgate.OutcomeShadowDenied,
+}
+
+// Labels identify a series.
+type Labels struct{ Plan, Policy, Route string }
+
+// A series counts the decisions of one label set.
+type series struct {
+	Labels    // as the decisions named them, cut to MaxLabelLength and made valid UTF-8
+	key       Labels
+	hash      uint64
+	decisions [outcomes]atomic.Uint64
+	tokens    atomic.Uint64
+}
+
+// A Tally counts decisions. It is safe for concurrent use.
+type Tally struct {
+	seed      maphash.Seed
+	limit     int64 // label sets kept as they come
+	foldLimit int64 // label sets kept with the route folded
+	slots     []atomic.Pointer[series]
+	mask      uint64
+	mu        sync.Mutex // serializes inserts
+	sets      atomic.Int64
+
+	overflow       atomic.Uint64
+	fallback       [outcomes]atomic.Uint64
+	resolverErrors atomic.Uint64
+	kinds          atomic.Pointer[[]*kindCount] // copied on write
+	kindsMu        sync.Mutex
+
+	// Latency and Delay are the histograms of store latency and of delays;
+	// nil when the exporter keeps its own.
+	Latency, Delay *Histogram
+}
+
+type kindCount struct {
+	kind string
+	n    atomic.Uint64
+}
+
+// New returns a Tally that keeps at most limit label sets as they come
+// (limit >= 1), then up to limit/4 more with the route "other", then one
+// with every label "other". With histograms it keeps Latency, with buckets
+// that bracket storeTimeout, and Delay.
+func New(limit int, storeTimeout time.Duration, histograms bool) *Tally {
+	limit = max(limit, 1)
+	fold := limit + max(limit/4, 1)
+	size := 1
+	for size < 2*(fold+1) {
+		size <<= 1
+	}
+	t := &Tally{
+		seed:      maphash.MakeSeed(),
+		limit:     int64(limit),
+		foldLimit: int64(fold),
+		slots:     make([]atomic.Pointer[series], size),
+		mask:      uint64(size - 1),
+	}
+	t.kinds.Store(&[]*kindCount{})
+	if histograms {
+		t.Latency = NewHistogram(LatencyBounds(storeTimeout))
+		t.Delay = NewHistogram(DelayBounds)
+	}
+	return t
+}
+
+// Observe counts o. It neither locks nor allocates once o's label set is
+// known.
+func (t *Tally) Observe(o *tollgate.Observation) {
+	s := t.lookup(Labels{o.Plan, o.Policy, o.Route})
+	oc := o.Outcome
+	if int(oc) >= outcomes {
+		oc = 0
+	}
+	s.decisions[oc].Add(1)
+	if (oc == tollgate.OutcomeAllowed || oc == tollgate.OutcomeDelayed) && o.Cost > 0 {
+		s.tokens.Add(uint64(o.Cost))
+	}
+	if oc == tollgate.OutcomeDelayed && t.Delay != nil {
+		t.Delay.Observe(o.Delay)
+	}
+	if t.Latency != nil && StoreCalled(o) {
+		t.Latency.Observe(o.StoreLatency)
+	}
+	if o.Fallback {
+		t.fallback[oc].Add(1)
+	}
+	if o.ErrorKind != "" {
+		t.failed(o)
+	}
+}
+
+// StoreCalled reports whether the decision o called the store, whose
+// latency it then carries. A latency of 0 is a clock that did not move (a
+// test's), not a store that was not called, unless the decision failed
+// before the store: an unresolved plan or a rejected request.
+func StoreCalled(o *tollgate.Observation) bool {
+	return o.StoreLatency > 0 || (o.Outcome != tollgate.OutcomeRejected && o.ErrorKind != "resolver")
+}
+
+// failed counts the error of a failed decision.
+func (t *Tally) failed(o *tollgate.Observation) {
+	switch {
+	case o.Outcome == tollgate.OutcomeRejected:
+		// Counted among the decisions; not the store's failure.
+	case o.ErrorKind == "resolver":
+		t.resolverErrors.Add(1)
+	default:
+		t.kind(o.ErrorKind).n.Add(1)
+	}
+}
+
+// kind returns the counter of the store error kind k.
+func (t *Tally) kind(k string) *kindCount {
+	if c := findKind(*t.kinds.Load(), k); c != nil {
+		return c
+	}
+	t.kindsMu.Lock()
+	defer t.kindsMu.Unlock()
+	old := *t.kinds.Load()
+	if c := findKind(old, k); c != nil {
+		return c
+	}
+	c := &kindCount{kind: strings.Clone(k)} // lookups compare with the raw kind
+	if len(old) == maxKinds {
+		c.kind = Other
+	}
+	list := append(append([]*kindCount(nil), old...), c)
+	t.kinds.Store(&list)
+	return c
+}
+
+// findKind returns the counter of kind k in list, or nil. Past maxKinds,
+// the last counter is Other's, which takes every kind not listed.
+func findKind(list []*kindCount, k string) *kindCount {
+	for i, c := range list {
+		if i < maxKinds && c.kind == k {
+			return c
+		}
+	}
+	if len(list) > maxKinds {
+		return list[maxKinds]
+	}
+	return nil
+}
+
+// lookup returns the series of k, or of its folded labels past the
+// cardinality limit.
+func (t *Tally) lookup(k Labels) *series {
+	h := maphash.Comparable(t.seed, k)
+	if s := t.find(k, h); s != nil {
+		return s
+	}
+	return t.slow(k, h)
+}
+
+// find returns the series of k, whose hash is h, or nil. The table is never
+// more than half full, so the probe ends.
+func (t *Tally) find(k Labels, h uint64) *series {
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		s := t.slots[i].Load()
+		if s == nil || (s.hash == h && s.key == k) {
+			return s
+		}
+	}
+}
+
+// slow adds k's series, or finds where the limit folds k into.
+func (t *Tally) slow(k Labels, h uint64) *series {
+	if s := t.insert(k, h, t.limit); s != nil {
+		return s
+	}
+	t.overflow.Add(1)
+	k = Labels{k.Plan, k.Policy, Other}
+	h = maphash.Comparable(t.seed, k)
+	if s := t.find(k, h); s != nil {
+		return s
+	}
+	if s := t.insert(k, h, t.foldLimit); s != nil {
+		return s
+	}
+	k = Labels{Other, Other, Other}
+	h = maphash.Comparable(t.seed, k)
+	if s := t.find(k, h); s != nil {
+		return s
+	}
+	return t.insert(k, h, t.foldLimit+1)
+}
+
+// insert adds a series for k unless there are bound label sets already,
+// and returns it, or the one another goroutine added meanwhile.
+func (t *Tally) insert(k Labels, h uint64, bound int64) *series {
+	if t.sets.Load() >= bound {
+		return nil // without the lock: the overflow path stays lock-free
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.find(k, h); s != nil {
+		return s
+	}
+	if t.sets.Load() >= bound {
+		return nil
+	}
+	// The decision's strings may be a framework's memory: keep copies.
+	key := Labels{strings.Clone(k.Plan), strings.Clone(k.Policy), strings.Clone(k.Route)}
+	s := &series{
+		Labels: Labels{labelValue(key.Plan), labelValue(key.Policy), labelValue(key.Route)},
+		key:    key,
+		hash:   h,
+	}
+	i := h & t.mask
+	for t.slots[i].Load() != nil {
+		i = (i + 1) & t.mask
+	}
+	t.slots[i].Store(s)
+	t.sets.Add(1)
+	return s
+}
+
+// labelValue returns s as a label value: valid UTF-8 (a run of invalid
+// bytes becomes U+FFFD), cut at a rune boundary to at most MaxLabelLength
+// bytes.
+func labelValue(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > MaxLabelLength {
+		cut := MaxLabelLength
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}
+
+// Decisions calls fn for every label set kept and every outcome, with the
+// number of decisions, values that differ only past MaxLabelLength or in
+// invalid UTF-8 added up. Outcomes this package does not know come as
+// Outcome 0, and only when there were some.
+func (t *Tally) Decisions(fn func(l Labels, o tollgate.Outcome, n uint64)) {
+	sums := map[Labels]*[outcomes]uint64{}
+	var order []Labels
+	t.eachSeries(func(s *series) {
+		sum := sums[s.Labels]
+		if sum == nil {
+			sum = new([outcomes]uint64)
+			sums[s.Labels] = sum
+			order = append(order, s.Labels)
+		}
+		for i := range sum {
+			sum[i] += s.decisions[i].Load()
+		}
+	})
+	for _, l := range order {
+		sum := sums[l]
+		if sum[0] > 0 {
+			fn(l, 0, sum[0])
+		}
+		for _, o := range Outcomes {
+			fn(l, o, sum[o])
+		}
+	}
+}
+
+// Tokens calls fn for every plan and route with the tokens that their
+// allowed and delayed decisions took, every policy together.
+func (t *Tally) Tokens(fn func(plan, route string, n uint64)) {
+	type planRoute struct{ plan, route string }
+	sums := map[planRoute]uint64{}
+	var order []planRoute
+	t.eachSeries(func(s *series) {
+		k := planRoute{s.Plan, s.Route}
+		if _, ok := sums[k]; !ok {
+			order = append(order, k)
+		}
+		sums[k] += s.tokens.Load()
+	})
+	for _, k := range order {
+		fn(k.plan, k.route, sums[k])
+	}
+}
+
+func (t *Tally) eachSeries(fn func(*series)) {
+	for i := range t.slots {
+		if s := t.slots[i].Load(); s != nil {
+			fn(s)
+		}
+	}
+}
+
+// Sets returns the number of label sets kept.
+func (t *Tally) Sets() int { return int(t.sets.Load()) }
+
+// Overflow returns how many decisions the cardinality limit folded.
+func (t *Tally) Overflow() uint64 { return t.overflow.Load() }
+
+// Fallback returns how many decisions of the fallback store ended in o.
+func (t *Tally) Fallback(o tollgate.Outcome) uint64 {
+	if int(o) >= outcomes {
+		return 0
+	}
+	return t.fallback[o].Load()
+}
+
+// ResolverErrors returns how many decisions found no plan because the
+// resolver failed.
+func (t *Tally) ResolverErrors() uint64 { return t.resolverErrors.Load() }
+
+// StoreErrors calls fn with every store error kind and its count.
+func (t *Tally) StoreErrors(fn func(kind string, n uint64)) {
+	sums := map[string]uint64{}
+	var order []string
+	for _, c := range *t.kinds.Load() {
+		k := labelValue(c.kind)
+		if _, ok := sums[k]; !ok {
+			order = append(order, k)
+		}
+		sums[k] += c.n.Load()
+	}
+	for _, k := range order {
+		fn(k, sums[k])
+	}
+}
