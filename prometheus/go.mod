@@ -2,7 +2,10 @@ module github.com/tollgate-go/tollgate/prometheus
 
 go 1.26.0
 
-require github.com/tollgate-go/tollgate/core v0.0.0
+require (
+	github.com/tollgate-go/tollgate/core v0.0.0
+	go.yaml.in/yaml/v3 v3.0.5
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

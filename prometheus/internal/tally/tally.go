@@ -59,7 +59,15 @@ type series struct {
 	key       Labels
 	hash      uint64
 	decisions [outcomes]atomic.Uint64
-	tokens    atomic.Uint64
+	// extra is the tokens that allowed and delayed decisions took beyond
+	// one each: most decisions cost 1, and then counting their tokens
+	// costs nothing more.
+	extra atomic.Uint64
+}
+
+// tokens returns the tokens that allowed and delayed decisions of s took.
+func (s *series) tokens() uint64 {
+	return s.decisions[tollgate.OutcomeAllowed].Load() + s.decisions[tollgate.OutcomeDelayed].Load() + s.extra.Load()
 }
 
 // A Tally counts decisions. It is safe for concurrent use.
@@ -123,8 +131,8 @@ func (t *Tally) Observe(o *tollgate.Observation) {
 		oc = 0
 	}
 	s.decisions[oc].Add(1)
-	if (oc == tollgate.OutcomeAllowed || oc == tollgate.OutcomeDelayed) && o.Cost > 0 {
-		s.tokens.Add(uint64(o.Cost))
+	if o.Cost > 1 && (oc == tollgate.OutcomeAllowed || oc == tollgate.OutcomeDelayed) {
+		s.extra.Add(uint64(o.Cost - 1))
 	}
 	if oc == tollgate.OutcomeDelayed && t.Delay != nil {
 		t.Delay.Observe(o.Delay)
@@ -312,7 +320,8 @@ func (t *Tally) Decisions(fn func(l Labels, o tollgate.Outcome, n uint64)) {
 }
 
 // Tokens calls fn for every plan and route with the tokens that their
-// allowed and delayed decisions took, every policy together.
+// allowed and delayed decisions took, every policy together; a cost below
+// 1 counts as 1, as the Limiter takes it.
 func (t *Tally) Tokens(fn func(plan, route string, n uint64)) {
 	type planRoute struct{ plan, route string }
 	sums := map[planRoute]uint64{}
@@ -322,7 +331,7 @@ func (t *Tally) Tokens(fn func(plan, route string, n uint64)) {
 		if _, ok := sums[k]; !ok {
 			order = append(order, k)
 		}
-		sums[k] += s.tokens.Load()
+		sums[k] += s.tokens()
 	})
 	for _, k := range order {
 		fn(k.plan, k.route, sums[k])
