@@ -44,8 +44,10 @@ func metricsPlans(b *testing.B) tollgate.PlanResolver {
 // metricsObservers are the cases of BenchmarkMetrics: no observer; an
 // observer that does nothing (what the engine spends on observing at all:
 // building the Observation and reading the clock after the store); the
-// Prometheus Collector; and tollgateotel on the OpenTelemetry SDK (a
-// MeterProvider with a reader, as an application has).
+// Prometheus Collector; tollgateotel on the OpenTelemetry SDK (a
+// MeterProvider with a reader, as an application has); and the same with a
+// View that drops the store latency histogram, the one instrument whose
+// cost is the SDK's on every decision.
 var metricsObservers = []struct {
 	name string
 	make func(b *testing.B) tollgate.Observer
@@ -61,6 +63,17 @@ var metricsObservers = []struct {
 	}},
 	{"otel", func(b *testing.B) tollgate.Observer {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		b.Cleanup(func() { mp.Shutdown(context.Background()) })
+		m, err := tollgateotel.New(tollgateotel.WithMeterProvider(mp))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		return m
+	}},
+	{"otel-nolatency", func(b *testing.B) tollgate.Observer {
+		drop := sdkmetric.NewView(sdkmetric.Instrument{Name: "tollgate.store.latency"}, sdkmetric.Stream{Aggregation: sdkmetric.AggregationDrop{}})
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()), sdkmetric.WithView(drop))
 		b.Cleanup(func() { mp.Shutdown(context.Background()) })
 		m, err := tollgateotel.New(tollgateotel.WithMeterProvider(mp))
 		if err != nil {

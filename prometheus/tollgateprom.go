@@ -199,8 +199,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		send(c.fallback, counter, float64(c.tally.Fallback(o)), o.String())
 	}
 	send(c.overflow, counter, float64(c.tally.Overflow()))
-	ch <- histogram(c.latency, c.tally.Latency)
-	ch <- histogram(c.delay, c.tally.Delay)
+	ch <- histogram(c.latency, c.tally.Latency())
+	ch <- histogram(c.delay, c.tally.Delay.Snapshot())
 	for _, s := range c.stores {
 		f := s.Read()
 		if f.HasStats {
@@ -223,13 +223,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func histogram(desc *prometheus.Desc, h *tally.Histogram) prometheus.Metric {
-	cumulative, count, sum := h.Snapshot()
-	buckets := make(map[float64]uint64, len(cumulative))
-	for i, b := range h.Bounds() {
-		buckets[b] = cumulative[i]
+func histogram(desc *prometheus.Desc, s tally.Snapshot) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(s.Bounds))
+	for i, b := range s.Bounds {
+		buckets[b] = s.Cumulative[i]
 	}
-	m, err := prometheus.NewConstHistogram(desc, count, sum, buckets)
+	m, err := prometheus.NewConstHistogram(desc, s.Count, s.Sum, buckets)
 	if err != nil {
 		return prometheus.NewInvalidMetric(desc, err)
 	}

@@ -1,16 +1,17 @@
 // Package tally counts a Limiter's decisions for the metrics modules
-// (tollgateprom, tollgateotel): lock-free counters per label set, found
-// without a lock or an allocation, and histograms of plain atomic buckets.
-// The exporters read the counts when they are scraped or collected, so a
-// decision costs a hash, a few compares and a few atomic adds, whatever
-// the metrics library.
+// (tollgateprom, tollgateotel): plain atomic counters per label set, found
+// without a lock or an allocation. The exporters read the counts when they
+// are scraped or collected, so that an allowed decision costs a hash, a
+// probe and two atomic adds, whatever the metrics library.
 //
 // The source lives in prometheus/internal/tally; otel/internal/tally is a
 // copy made by go generate in otel/, which a test there keeps identical.
 package tally
 
 import (
+	"encoding/binary"
 	"hash/maphash"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,19 +56,36 @@ type Labels struct{ Plan, Policy, Route string }
 
 // A series counts the decisions of one label set.
 type series struct {
-	Labels    // as the decisions named them, cut to MaxLabelLength and made valid UTF-8
-	key       Labels
-	hash      uint64
-	decisions [outcomes]atomic.Uint64
+	Labels // as the decisions named them, cut to MaxLabelLength and made valid UTF-8
+	key    Labels
+	hash   uint64
+
+	// counts holds, for each outcome, a counter per store latency bucket
+	// and one for decisions that did not call the store, so that a
+	// decision and its latency take one atomic add, not two. Without
+	// latency buckets (tollgateotel records latency in the SDK), one
+	// counter per outcome.
+	counts []atomic.Uint64
+	// latency is the store latency of the decisions, in nanoseconds.
+	latency atomic.Int64
 	// extra is the tokens that allowed and delayed decisions took beyond
 	// one each: most decisions cost 1, and then counting their tokens
 	// costs nothing more.
 	extra atomic.Uint64
 }
 
+// decisions returns the decisions of s that ended in outcome index o.
+func (s *series) decisions(o int, stride int) uint64 {
+	var n uint64
+	for i := o * stride; i < (o+1)*stride; i++ {
+		n += s.counts[i].Load()
+	}
+	return n
+}
+
 // tokens returns the tokens that allowed and delayed decisions of s took.
-func (s *series) tokens() uint64 {
-	return s.decisions[tollgate.OutcomeAllowed].Load() + s.decisions[tollgate.OutcomeDelayed].Load() + s.extra.Load()
+func (s *series) tokens(stride int) uint64 {
+	return s.decisions(int(tollgate.OutcomeAllowed), stride) + s.decisions(int(tollgate.OutcomeDelayed), stride) + s.extra.Load()
 }
 
 // A Tally counts decisions. It is safe for concurrent use.
@@ -86,9 +104,12 @@ type Tally struct {
 	kinds          atomic.Pointer[[]*kindCount] // copied on write
 	kindsMu        sync.Mutex
 
-	// Latency and Delay are the histograms of store latency and of delays;
-	// nil when the exporter keeps its own.
-	Latency, Delay *Histogram
+	latencyBounds []time.Duration // nil when the exporter records latency itself
+	stride        int             // counters per outcome in a series: len(latencyBounds)+2, or 1
+
+	// Delay is the histogram of the delays of delayed decisions; nil when
+	// the exporter records them itself.
+	Delay *Histogram
 }
 
 type kindCount struct {
@@ -98,8 +119,8 @@ type kindCount struct {
 
 // New returns a Tally that keeps at most limit label sets as they come
 // (limit >= 1), then up to limit/4 more with the route "other", then one
-// with every label "other". With histograms it keeps Latency, with buckets
-// that bracket storeTimeout, and Delay.
+// with every label "other". With histograms it counts store latencies in
+// buckets that bracket storeTimeout (see Latency), and keeps Delay.
 func New(limit int, storeTimeout time.Duration, histograms bool) *Tally {
 	limit = max(limit, 1)
 	fold := limit + max(limit/4, 1)
@@ -115,8 +136,10 @@ func New(limit int, storeTimeout time.Duration, histograms bool) *Tally {
 		mask:      uint64(size - 1),
 	}
 	t.kinds.Store(&[]*kindCount{})
+	t.stride = 1
 	if histograms {
-		t.Latency = NewHistogram(LatencyBounds(storeTimeout))
+		t.latencyBounds = LatencyBounds(storeTimeout)
+		t.stride = len(t.latencyBounds) + 2
 		t.Delay = NewHistogram(DelayBounds)
 	}
 	return t
@@ -126,19 +149,25 @@ func New(limit int, storeTimeout time.Duration, histograms bool) *Tally {
 // known.
 func (t *Tally) Observe(o *tollgate.Observation) {
 	s := t.lookup(Labels{o.Plan, o.Policy, o.Route})
-	oc := o.Outcome
-	if int(oc) >= outcomes {
+	oc := int(o.Outcome)
+	if oc >= outcomes {
 		oc = 0
 	}
-	s.decisions[oc].Add(1)
-	if o.Cost > 1 && (oc == tollgate.OutcomeAllowed || oc == tollgate.OutcomeDelayed) {
+	i := oc * t.stride
+	if t.stride > 1 {
+		if StoreCalled(o) {
+			i += bucket(t.latencyBounds, o.StoreLatency)
+			s.latency.Add(int64(o.StoreLatency))
+		} else {
+			i += t.stride - 1
+		}
+	}
+	s.counts[i].Add(1)
+	if o.Cost > 1 && (o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed) {
 		s.extra.Add(uint64(o.Cost - 1))
 	}
-	if oc == tollgate.OutcomeDelayed && t.Delay != nil {
+	if o.Outcome == tollgate.OutcomeDelayed && t.Delay != nil {
 		t.Delay.Observe(o.Delay)
-	}
-	if t.Latency != nil && StoreCalled(o) {
-		t.Latency.Observe(o.StoreLatency)
 	}
 	if o.Fallback {
 		t.fallback[oc].Add(1)
@@ -205,11 +234,36 @@ func findKind(list []*kindCount, k string) *kindCount {
 // lookup returns the series of k, or of its folded labels past the
 // cardinality limit.
 func (t *Tally) lookup(k Labels) *series {
-	h := maphash.Comparable(t.seed, k)
+	h := t.hash(k)
 	if s := t.find(k, h); s != nil {
 		return s
 	}
 	return t.slow(k, h)
+}
+
+// hash hashes k for the table: the route, the label a misconfigured router
+// could fill from requests, with the seeded maphash; the plan and policy,
+// which come from the application's plans, by their lengths and outer
+// bytes, which is cheaper and spreads real plan names well enough. Equal
+// hashes are told apart by comparing the labels.
+func (t *Tally) hash(k Labels) uint64 {
+	h := maphash.String(t.seed, k.Route)
+	h ^= (outer(k.Plan) + uint64(len(k.Plan))) * 0x9e3779b97f4a7c15
+	h ^= (outer(k.Policy) + uint64(len(k.Policy))<<32) * 0xc2b2ae3d27d4eb4f
+	return h ^ h>>31
+}
+
+// outer returns the first and last eight bytes of s, mixed, or its bytes
+// if it is shorter.
+func outer(s string) uint64 {
+	if len(s) >= 8 {
+		return binary.LittleEndian.Uint64([]byte(s[:8])) ^ bits.RotateLeft64(binary.LittleEndian.Uint64([]byte(s[len(s)-8:])), 29)
+	}
+	var x uint64
+	for i := 0; i < len(s); i++ {
+		x = x<<8 | uint64(s[i])
+	}
+	return x
 }
 
 // find returns the series of k, whose hash is h, or nil. The table is never
@@ -230,7 +284,7 @@ func (t *Tally) slow(k Labels, h uint64) *series {
 	}
 	t.overflow.Add(1)
 	k = Labels{k.Plan, k.Policy, Other}
-	h = maphash.Comparable(t.seed, k)
+	h = t.hash(k)
 	if s := t.find(k, h); s != nil {
 		return s
 	}
@@ -238,7 +292,7 @@ func (t *Tally) slow(k Labels, h uint64) *series {
 		return s
 	}
 	k = Labels{Other, Other, Other}
-	h = maphash.Comparable(t.seed, k)
+	h = t.hash(k)
 	if s := t.find(k, h); s != nil {
 		return s
 	}
@@ -265,6 +319,7 @@ func (t *Tally) insert(k Labels, h uint64, bound int64) *series {
 		Labels: Labels{labelValue(key.Plan), labelValue(key.Policy), labelValue(key.Route)},
 		key:    key,
 		hash:   h,
+		counts: make([]atomic.Uint64, outcomes*t.stride),
 	}
 	i := h & t.mask
 	for t.slots[i].Load() != nil {
@@ -305,7 +360,7 @@ func (t *Tally) Decisions(fn func(l Labels, o tollgate.Outcome, n uint64)) {
 			order = append(order, s.Labels)
 		}
 		for i := range sum {
-			sum[i] += s.decisions[i].Load()
+			sum[i] += s.decisions(i, t.stride)
 		}
 	})
 	for _, l := range order {
@@ -331,7 +386,7 @@ func (t *Tally) Tokens(fn func(plan, route string, n uint64)) {
 		if _, ok := sums[k]; !ok {
 			order = append(order, k)
 		}
-		sums[k] += s.tokens()
+		sums[k] += s.tokens(t.stride)
 	})
 	for _, k := range order {
 		fn(k.plan, k.route, sums[k])
@@ -344,6 +399,25 @@ func (t *Tally) eachSeries(fn func(*series)) {
 			fn(s)
 		}
 	}
+}
+
+// Latency returns the store latency histogram, every label set together;
+// an empty Snapshot if the Tally does not count latencies.
+func (t *Tally) Latency() Snapshot {
+	if t.latencyBounds == nil {
+		return Snapshot{}
+	}
+	buckets := make([]uint64, len(t.latencyBounds)+1)
+	var sum int64
+	t.eachSeries(func(s *series) {
+		for o := range outcomes {
+			for b := range buckets {
+				buckets[b] += s.counts[o*t.stride+b].Load()
+			}
+		}
+		sum += s.latency.Load()
+	})
+	return snapshot(t.latencyBounds, buckets, time.Duration(sum))
 }
 
 // Sets returns the number of label sets kept.

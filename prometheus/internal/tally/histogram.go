@@ -11,7 +11,8 @@ import (
 // bucket add and one sum add per observation, against the several that a
 // general-purpose histogram spends on consistent snapshots. A scrape that
 // races with observations may see a sum a few observations ahead of or
-// behind the counts, which no rate over time notices.
+// behind the counts, which no rate over time notices. (Store latencies are
+// counted in the series instead; see Tally.Latency.)
 type Histogram struct {
 	bounds []time.Duration // upper bounds, inclusive, increasing
 	counts []atomic.Uint64 // one per bound, and one past the last
@@ -26,33 +27,48 @@ func NewHistogram(bounds []time.Duration) *Histogram {
 
 // Observe counts d.
 func (h *Histogram) Observe(d time.Duration) {
-	i := 0
-	for i < len(h.bounds) && d > h.bounds[i] {
-		i++
-	}
-	h.counts[i].Add(1)
+	h.counts[bucket(h.bounds, d)].Add(1)
 	h.sum.Add(int64(d))
 }
 
-// Bounds returns the upper bounds in seconds.
-func (h *Histogram) Bounds() []float64 {
-	b := make([]float64, len(h.bounds))
-	for i, d := range h.bounds {
-		b[i] = d.Seconds()
+// bucket returns the index of the bucket of d under bounds: the first bound
+// d does not exceed, or len(bounds).
+func bucket(bounds []time.Duration, d time.Duration) int {
+	i := 0
+	for i < len(bounds) && d > bounds[i] {
+		i++
 	}
-	return b
+	return i
 }
 
-// Snapshot returns the count of observations at or below each bound
-// (cumulative), the count of all, and their sum in seconds.
-func (h *Histogram) Snapshot() (cumulative []uint64, count uint64, sum float64) {
-	cumulative = make([]uint64, len(h.bounds))
-	for i := range h.bounds {
-		count += h.counts[i].Load()
-		cumulative[i] = count
+// A Snapshot is a histogram read at one moment.
+type Snapshot struct {
+	Bounds     []float64 // upper bounds of the buckets, in seconds
+	Cumulative []uint64  // observations at or below each bound
+	Count      uint64    // all observations
+	Sum        float64   // their sum, in seconds
+}
+
+// Snapshot returns the state of h.
+func (h *Histogram) Snapshot() Snapshot {
+	buckets := make([]uint64, len(h.counts))
+	for i := range h.counts {
+		buckets[i] = h.counts[i].Load()
 	}
-	count += h.counts[len(h.bounds)].Load()
-	return cumulative, count, time.Duration(h.sum.Load()).Seconds()
+	return snapshot(h.bounds, buckets, time.Duration(h.sum.Load()))
+}
+
+// snapshot makes a Snapshot of bucket counts (one per bound and one past
+// the last) and their sum.
+func snapshot(bounds []time.Duration, buckets []uint64, sum time.Duration) Snapshot {
+	s := Snapshot{Bounds: make([]float64, len(bounds)), Cumulative: make([]uint64, len(bounds)), Sum: sum.Seconds()}
+	for i, d := range bounds {
+		s.Bounds[i] = d.Seconds()
+		s.Count += buckets[i]
+		s.Cumulative[i] = s.Count
+	}
+	s.Count += buckets[len(bounds)]
+	return s
 }
 
 // LatencyBounds returns the store latency buckets for a store timeout:

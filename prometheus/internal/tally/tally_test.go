@@ -32,12 +32,36 @@ func TestHistogram(t *testing.T) {
 	for _, d := range []time.Duration{0, time.Millisecond, 2 * time.Millisecond, time.Second} {
 		h.Observe(d)
 	}
-	cumulative, count, sum := h.Snapshot()
-	if !slices.Equal(cumulative, []uint64{2, 3}) || count != 4 || sum != 1.003 {
-		t.Errorf("snapshot %v %d %v", cumulative, count, sum)
+	s := h.Snapshot()
+	if !slices.Equal(s.Bounds, []float64{0.001, 0.01}) || !slices.Equal(s.Cumulative, []uint64{2, 3}) || s.Count != 4 || s.Sum != 1.003 {
+		t.Errorf("snapshot %+v", s)
 	}
-	if b := h.Bounds(); !slices.Equal(b, []float64{0.001, 0.01}) {
-		t.Errorf("bounds %v", b)
+}
+
+// Store latencies are counted in the series, beside the decisions.
+func TestLatency(t *testing.T) {
+	tl := New(10, 50*time.Millisecond, true)
+	for _, o := range []tollgate.Observation{
+		{Plan: "a", Outcome: tollgate.OutcomeAllowed, StoreLatency: 20 * time.Microsecond},
+		{Plan: "a", Outcome: tollgate.OutcomeDenied, StoreLatency: 30 * time.Millisecond},
+		{Plan: "b", Outcome: tollgate.OutcomeFailedOpen, StoreLatency: time.Second, ErrorKind: "timeout"},
+		{Plan: "b", Outcome: tollgate.OutcomeFailedOpen, ErrorKind: "resolver"}, // no store call
+		{Plan: "b", Outcome: tollgate.OutcomeRejected},                          // no store call
+		{Plan: "b", Outcome: tollgate.OutcomeAllowed},                           // a clock that did not move
+	} {
+		tl.Observe(&o)
+	}
+	s := tl.Latency()
+	if len(s.Bounds) != 12 || s.Bounds[0] != 25e-6 || s.Bounds[9] != 0.025 || s.Bounds[11] != 0.1 {
+		t.Fatalf("bounds %v", s.Bounds)
+	}
+	if c := s.Cumulative; c[0] != 2 || c[9] != 2 || c[10] != 3 || c[11] != 3 || s.Count != 4 || s.Sum != 1.03002 {
+		t.Errorf("latency %+v", s)
+	}
+	var decisions uint64
+	tl.Decisions(func(_ Labels, _ tollgate.Outcome, n uint64) { decisions += n })
+	if decisions != 6 {
+		t.Errorf("%d decisions, want 6", decisions)
 	}
 }
 
