@@ -2,7 +2,9 @@ package tollgateprom_test
 
 import (
 	"encoding/json"
+	"go/build"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -210,6 +212,30 @@ func TestDocsListEveryMetric(t *testing.T) {
 			if !strings.Contains(row, "`"+l+"`") {
 				t.Errorf("observability.md: the row of %s does not name label %s", name, l)
 			}
+		}
+	}
+}
+
+// promtool, where it is installed, checks the rules file and runs its unit
+// tests (docs/prometheus/tollgate-alerts.test.yml: the alerts fire, and
+// only, when they should).
+func TestAlertRulesWithPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		promtool = filepath.Join(build.Default.GOPATH, "bin", "promtool")
+		if _, err := os.Stat(promtool); err != nil {
+			t.Skip("promtool is not installed (go install github.com/prometheus/prometheus/cmd/promtool@v0.316.0); the YAML is checked by TestAlertRules")
+		}
+	}
+	dir := filepath.Join(docs, "prometheus")
+	for _, args := range [][]string{
+		{"check", "rules", "tollgate-alerts.yml"},
+		{"test", "rules", "tollgate-alerts.test.yml"},
+	} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
 }
