@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/storetest"
@@ -44,7 +45,9 @@ func metricsPlans(b *testing.B) tollgate.PlanResolver {
 // metricsObservers are the cases of BenchmarkMetrics: no observer; an
 // observer that does nothing (what the engine spends on observing at all:
 // building the Observation and reading the clock after the store); the
-// Prometheus Collector; tollgateotel on the OpenTelemetry SDK (a
+// Prometheus Collector; promvec, the same three counts kept the usual way
+// with the Prometheus client (CounterVec.WithLabelValues and
+// Histogram.Observe per decision); tollgateotel on the OpenTelemetry SDK (a
 // MeterProvider with a reader, as an application has); and the same with a
 // View that drops the store latency histogram, the one instrument whose
 // cost is the SDK's on every decision.
@@ -61,6 +64,7 @@ var metricsObservers = []struct {
 		}
 		return c
 	}},
+	{"promvec", func(*testing.B) tollgate.Observer { return newVecObserver() }},
 	{"otel", func(b *testing.B) tollgate.Observer {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() { mp.Shutdown(context.Background()) })
@@ -82,6 +86,31 @@ var metricsObservers = []struct {
 		b.Cleanup(func() { m.Close() })
 		return m
 	}},
+}
+
+// vecObserver is what an application would write on its own with the
+// Prometheus client: labelled vectors looked up per decision.
+type vecObserver struct {
+	decisions *prometheus.CounterVec
+	tokens    *prometheus.CounterVec
+	latency   prometheus.Histogram
+}
+
+func newVecObserver() *vecObserver {
+	return &vecObserver{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "decisions_total"}, []string{"plan", "policy", "route", "outcome"}),
+		tokens:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokens_total"}, []string{"plan", "route"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "latency_seconds",
+			Buckets: []float64{25e-6, 50e-6, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, .01, .025, .05, .1}}),
+	}
+}
+
+func (v *vecObserver) Observe(_ context.Context, o tollgate.Observation) {
+	v.decisions.WithLabelValues(o.Plan, o.Policy, o.Route, o.Outcome.String()).Inc()
+	if o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed {
+		v.tokens.WithLabelValues(o.Plan, o.Route).Add(float64(o.Cost))
+	}
+	v.latency.Observe(o.StoreLatency.Seconds())
 }
 
 type nopObserver struct{}

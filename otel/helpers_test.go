@@ -47,7 +47,7 @@ func points(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
 	key := func(name string, set attribute.Set, extra ...string) string {
 		var pairs []string
 		for _, kv := range set.ToSlice() {
-			pairs = append(pairs, fmt.Sprintf("%s=%q", kv.Key, kv.Value.Emit()))
+			pairs = append(pairs, fmt.Sprintf("%s=%q", kv.Key, kv.Value.String()))
 		}
 		pairs = append(pairs, extra...)
 		sort.Strings(pairs)
