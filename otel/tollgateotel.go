@@ -20,7 +20,7 @@ const ScopeName = "github.com/tollgate-go/tollgate/otel"
 
 // DefaultCardinalityLimit is the number of (plan, policy, route) attribute
 // sets a Metrics keeps unless WithCardinalityLimit says otherwise.
-const DefaultCardinalityLimit = tally.DefaultCardinalityLimit
+const DefaultCardinalityLimit = 1000
 
 // A StatsReporter is a store that counts the keys it holds and evicts, as
 // memory.Store does. Given with WithStore or WithFallbackStore, it is

@@ -14,7 +14,7 @@ import (
 
 // DefaultCardinalityLimit is the number of (plan, policy, route) label sets
 // a Collector keeps unless WithCardinalityLimit says otherwise.
-const DefaultCardinalityLimit = tally.DefaultCardinalityLimit
+const DefaultCardinalityLimit = 1000
 
 // A StatsReporter is a store that counts the keys it holds and evicts, as
 // memory.Store does. Given with WithStore or WithFallbackStore, it is

@@ -25,10 +25,6 @@ import (
 // limit folded away.
 const Other = "other"
 
-// DefaultCardinalityLimit is the number of (plan, policy, route) label sets
-// a Tally keeps before it folds new ones.
-const DefaultCardinalityLimit = 1000
-
 // MaxLabelLength bounds a label value in bytes; longer ones are cut.
 const MaxLabelLength = 256
 
