@@ -72,6 +72,7 @@ require (
 	github.com/tollgate-go/tollgate/echo v0.0.0
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
+	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	github.com/tollgate-go/tollgate/otel v0.0.0
 	github.com/tollgate-go/tollgate/prometheus v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
@@ -103,6 +104,8 @@ replace github.com/tollgate-go/tollgate/gin => ../gin
 replace github.com/tollgate-go/tollgate/echo => ../echo
 
 replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
+
+replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
 
 replace github.com/tollgate-go/tollgate/prometheus => ../prometheus
 

@@ -124,7 +124,7 @@ func (nopObserver) Observe(context.Context, tollgate.Observation) {}
 // allocations over metrics=none.
 //
 //   - store=memory: the in-process store (a plain Store: one policy).
-//   - store=model: storetest.Model, the reference MultiStore (a mutex and a
+//   - store=model: storetest.ModelStore, the reference MultiStore (a mutex and a
 //     map: slow, so the observers' share is smaller).
 //   - case=serial: one goroutine; case=parallel: GOMAXPROCS goroutines,
 //     each walking the requests from its own random start, all counting
@@ -139,7 +139,7 @@ func BenchmarkMetrics(b *testing.B) {
 			b.Cleanup(func() { s.Close() })
 			return s
 		}},
-		{"model", func(*testing.B) tollgate.Store { return storetest.NewModel(storetest.NewClock().Now) }},
+		{"model", func(*testing.B) tollgate.Store { return storetest.NewModelStore(storetest.NewClock().Now) }},
 	}
 	reqs := make([]tollgate.Request, metricsTenants)
 	for i := range reqs {

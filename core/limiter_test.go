@@ -73,7 +73,7 @@ func newModelLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate
 	t.Helper()
 	clock := storetest.NewClock()
 	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil)}, opts...)
-	l, err := tollgate.New(storetest.NewModel(clock.Now), plans, opts...)
+	l, err := tollgate.New(storetest.NewModelStore(clock.Now), plans, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,6 +461,6 @@ func TestFallbackFiguresDescribeTheFallbackBucket(t *testing.T) {
 	}
 }
 
-func storetestModel() *storetest.Model { return storetest.NewModel(time.Now) }
+func storetestModel() *storetest.ModelStore { return storetest.NewModelStore(time.Now) }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -106,7 +106,7 @@ func (e kindError) ErrorKind() string { return string(e) }
 // flakyStore is the reference MultiStore that fails with err while one is
 // set.
 type flakyStore struct {
-	*storetest.Model
+	*storetest.ModelStore
 	err atomic.Pointer[error]
 }
 
@@ -116,19 +116,19 @@ func (s *flakyStore) Take(ctx context.Context, key string, limit tollgate.Limit,
 	if err := s.err.Load(); err != nil {
 		return tollgate.Result{}, *err
 	}
-	return s.Model.Take(ctx, key, limit, cost)
+	return s.ModelStore.Take(ctx, key, limit, cost)
 }
 
 func (s *flakyStore) Do(ctx context.Context, op *tollgate.Op) error {
 	if err := s.err.Load(); err != nil {
 		return *err
 	}
-	return s.Model.Do(ctx, op)
+	return s.ModelStore.Do(ctx, op)
 }
 
 // newModel returns the reference store on a clock that never moves.
 func newModel() *flakyStore {
-	return &flakyStore{Model: storetest.NewModel(storetest.NewClock().Now)}
+	return &flakyStore{ModelStore: storetest.NewModelStore(storetest.NewClock().Now)}
 }
 
 // newLimiter returns a quiet Limiter over store: tenant "s" on the plan

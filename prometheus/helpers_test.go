@@ -92,7 +92,7 @@ func (e kindError) ErrorKind() string { return string(e) }
 // flakyStore is the reference MultiStore that fails with err while one is
 // set.
 type flakyStore struct {
-	*storetest.Model
+	*storetest.ModelStore
 	err atomic.Pointer[error]
 }
 
@@ -108,14 +108,14 @@ func (s *flakyStore) Take(ctx context.Context, key string, limit tollgate.Limit,
 	if err := s.err.Load(); err != nil {
 		return tollgate.Result{}, *err
 	}
-	return s.Model.Take(ctx, key, limit, cost)
+	return s.ModelStore.Take(ctx, key, limit, cost)
 }
 
 func (s *flakyStore) Do(ctx context.Context, op *tollgate.Op) error {
 	if err := s.err.Load(); err != nil {
 		return *err
 	}
-	return s.Model.Do(ctx, op)
+	return s.ModelStore.Do(ctx, op)
 }
 
 var errResolver = errors.New("plan database down")
@@ -155,5 +155,5 @@ func newLimiter(t *testing.T, store tollgate.Store, opts ...tollgate.Option) *to
 // newModel returns the reference store on a clock that never moves, so
 // that decisions do not depend on how fast the test runs.
 func newModel() *flakyStore {
-	return &flakyStore{Model: storetest.NewModel(storetest.NewClock().Now)}
+	return &flakyStore{ModelStore: storetest.NewModelStore(storetest.NewClock().Now)}
 }

@@ -46,7 +46,7 @@ func burstAtOnce(t *testing.T, url string, n int) ([]int, []time.Duration) {
 // TestDelayMode holds what fits in 500ms on a free tenant (burst 20 at 2/s)
 // and serves it; the rest is denied at once.
 func TestDelayMode(t *testing.T) {
-	l, err := tollgate.New(storetest.NewModel(time.Now), tollgate.SinglePlan(free), tollgate.WithLogger(nil))
+	l, err := tollgate.New(storetest.NewModelStore(time.Now), tollgate.SinglePlan(free), tollgate.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,11 @@ import (
 // principal; a client can put anything in a header.
 const DefaultTenantHeader = "X-Tenant-ID"
 
+// canonicalTenantHeader is DefaultTenantHeader in the canonical form of
+// net/http, which finds it without first allocating that form anew on
+// every request; other frameworks match names in any case.
+var canonicalTenantHeader = http.CanonicalHeaderKey(DefaultTenantHeader)
+
 // A Spec is what every adapter's configuration means, defined once: each
 // adapter translates its framework's idiom (gin options, an Echo or Fiber
 // Config, gRPC interceptor options, net/http options) into a Spec, and the
@@ -138,7 +143,7 @@ func Build[C any](s Spec[C], fw Framework[C]) (*Handler[C], error) {
 	}
 	if h.tenant == nil {
 		header := fw.Header
-		h.tenant = func(c C) string { return header(c, DefaultTenantHeader) }
+		h.tenant = func(c C) string { return header(c, canonicalTenantHeader) }
 	}
 	route := s.Route
 	if route == nil {
