@@ -24,6 +24,7 @@
 //	tollgate.label.overflow       {decision}  counter
 //	tollgate.store.keys           {key}       updowncounter  store
 //	tollgate.store.evictions      {key}       counter    store
+//	tollgate.store.drained_evictions  {key}   counter    store
 //	tollgate.store.breaker.state  (none)      gauge      store, state
 //	tollgate.store.breaker.opens  {opening}   counter    store
 //	tollgate.store.denial_cache.answers  {decision}  counter  store

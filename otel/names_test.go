@@ -28,6 +28,7 @@ var prometheusNames = map[string][]string{
 	"tollgate_label_overflow_total":             {},
 	"tollgate_store_keys":                       {"store"},
 	"tollgate_store_evictions_total":            {"store"},
+	"tollgate_store_drained_evictions_total":    {"store"},
 	"tollgate_store_breaker_state":              {"state", "store"},
 	"tollgate_store_breaker_opens_total":        {"store"},
 	"tollgate_store_denial_cache_answers_total": {"store"},

@@ -24,7 +24,8 @@ const DefaultCardinalityLimit = 1000
 
 // A StatsReporter is a store that counts the keys it holds and evicts, as
 // memory.Store does. Given with WithStore or WithFallbackStore, it is
-// reported as tollgate.store.keys and tollgate.store.evictions.
+// reported as tollgate.store.keys, tollgate.store.evictions and
+// tollgate.store.drained_evictions.
 type StatsReporter interface {
 	Stats() memory.Stats
 }
@@ -58,7 +59,7 @@ type Metrics struct {
 	registration   metric.Registration
 
 	decisions, tokens, storeErrors, resolverErrors, fallback, overflow metric.Int64ObservableCounter
-	evictions, breakerOpens, denialAnswers                             metric.Int64ObservableCounter
+	evictions, drained, breakerOpens, denialAnswers                    metric.Int64ObservableCounter
 	keys                                                               metric.Int64ObservableUpDownCounter
 	breakerState                                                       metric.Int64ObservableGauge
 }
@@ -193,6 +194,7 @@ func (m *Metrics) instruments(meter metric.Meter, storeTimeout time.Duration) er
 	m.fallback = counter("tollgate.fallback.decisions", "{decision}", "Decisions made by the fallback store while the store failed, by outcome.")
 	m.overflow = counter("tollgate.label.overflow", "{decision}", "Decisions counted under route \"other\" because the cardinality limit was reached.")
 	m.evictions = counter("tollgate.store.evictions", "{key}", "Keys the store dropped before they were full, to honour its key cap.")
+	m.drained = counter("tollgate.store.drained_evictions", "{key}", "Evictions of keys of tenants throttled or close to it, whom an eviction hands a full bucket.")
 	m.breakerOpens = counter("tollgate.store.breaker.opens", "{opening}", "Times the store's circuit breaker opened.")
 	m.denialAnswers = counter("tollgate.store.denial_cache.answers", "{decision}", "Decisions the store answered from its local denial cache, without a round trip.")
 	var err error
@@ -207,7 +209,7 @@ func (m *Metrics) instruments(meter metric.Meter, storeTimeout time.Duration) er
 		return err
 	}
 	m.registration, err = meter.RegisterCallback(m.observe, m.decisions, m.tokens, m.storeErrors, m.resolverErrors,
-		m.fallback, m.overflow, m.evictions, m.breakerOpens, m.denialAnswers, m.keys, m.breakerState)
+		m.fallback, m.overflow, m.evictions, m.drained, m.breakerOpens, m.denialAnswers, m.keys, m.breakerState)
 	return err
 }
 
@@ -266,6 +268,7 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 		if f.HasStats {
 			o.ObserveInt64(m.keys, int64(f.Keys), metric.WithAttributes(store))
 			count(m.evictions, f.Evictions, store)
+			count(m.drained, f.DrainedEvictions, store)
 		}
 		if f.HasBreaker {
 			for _, state := range tally.BreakerStates {

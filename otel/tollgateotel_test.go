@@ -120,11 +120,11 @@ func TestStoreFigures(t *testing.T) {
 	local := memory.New(memory.WithMaxKeys(4), memory.WithSweepInterval(0))
 	t.Cleanup(func() { local.Close() })
 	for i := range 10 {
-		local.Take(context.Background(), fmt.Sprint("tenant-", i), tollgate.Limit{Rate: 1, Burst: 5}, 1)
+		local.Take(context.Background(), fmt.Sprint("tenant-", i), tollgate.Limit{Rate: 1, Burst: 5}, 3) // well spent: evicting it drains
 	}
 	_, reader := newMetrics(t, tollgateotel.WithStore(redis), tollgateotel.WithFallbackStore(local))
 	st := local.Stats()
-	if st.Evictions == 0 {
+	if st.Evictions == 0 || st.DrainedEvictions == 0 {
 		t.Fatalf("the memory store evicted nothing: %+v", st)
 	}
 	expect(t, points(t, reader), map[string]float64{
@@ -135,6 +135,7 @@ func TestStoreFigures(t *testing.T) {
 		`tollgate.store.denial_cache.answers{store="main"}`:            17,
 		`tollgate.store.keys{store="fallback"}`:                        float64(st.Keys),
 		`tollgate.store.evictions{store="fallback"}`:                   float64(st.Evictions),
+		`tollgate.store.drained_evictions{store="fallback"}`:           float64(st.DrainedEvictions),
 	})
 }
 

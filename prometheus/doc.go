@@ -18,7 +18,8 @@
 //	tollgate_fallback_decisions_total{outcome}
 //	tollgate_delay_seconds (histogram)
 //	tollgate_label_overflow_total
-//	tollgate_store_keys{store}, tollgate_store_evictions_total{store}
+//	tollgate_store_keys{store}, tollgate_store_evictions_total{store},
+//	tollgate_store_drained_evictions_total{store}
 //	tollgate_store_breaker_state{store, state}, tollgate_store_breaker_opens_total{store}
 //	tollgate_store_denial_cache_answers_total{store}
 //

@@ -129,7 +129,7 @@ func TestStoreFigures(t *testing.T) {
 	local := memory.New(memory.WithMaxKeys(4), memory.WithSweepInterval(0))
 	t.Cleanup(func() { local.Close() })
 	for i := range 10 {
-		local.Take(context.Background(), fmt.Sprint("tenant-", i), tollgate.Limit{Rate: 1, Burst: 5}, 1)
+		local.Take(context.Background(), fmt.Sprint("tenant-", i), tollgate.Limit{Rate: 1, Burst: 5}, 3) // well spent: evicting it drains
 	}
 	metrics, err := tollgateprom.New(tollgateprom.WithStore(redis), tollgateprom.WithFallbackStore(local))
 	if err != nil {
@@ -137,7 +137,7 @@ func TestStoreFigures(t *testing.T) {
 	}
 	got := gather(t, metrics)
 	st := local.Stats()
-	if st.Evictions == 0 {
+	if st.Evictions == 0 || st.DrainedEvictions == 0 {
 		t.Fatalf("the memory store evicted nothing: %+v", st)
 	}
 	expect(t, got, map[string]float64{
@@ -148,6 +148,7 @@ func TestStoreFigures(t *testing.T) {
 		`tollgate_store_denial_cache_answers_total{store="main"}`:      17,
 		`tollgate_store_keys{store="fallback"}`:                        float64(st.Keys),
 		`tollgate_store_evictions_total{store="fallback"}`:             float64(st.Evictions),
+		`tollgate_store_drained_evictions_total{store="fallback"}`:     float64(st.DrainedEvictions),
 	})
 	if _, ok := got[`tollgate_store_keys{store="main"}`]; ok {
 		t.Error("keys reported for a store that does not count them")

@@ -18,7 +18,8 @@ const DefaultCardinalityLimit = 1000
 
 // A StatsReporter is a store that counts the keys it holds and evicts, as
 // memory.Store does. Given with WithStore or WithFallbackStore, it is
-// reported as tollgate_store_keys and tollgate_store_evictions_total.
+// reported as tollgate_store_keys, tollgate_store_evictions_total and
+// tollgate_store_drained_evictions_total.
 type StatsReporter interface {
 	Stats() memory.Stats
 }
@@ -50,7 +51,7 @@ type Collector struct {
 	stores []tally.Store
 
 	decisions, tokens, latency, storeErrors, resolverErrors, fallback, delay, overflow *prometheus.Desc
-	keys, evictions, breakerState, breakerOpens, denialAnswers                         *prometheus.Desc
+	keys, evictions, drained, breakerState, breakerOpens, denialAnswers                *prometheus.Desc
 }
 
 var (
@@ -154,6 +155,7 @@ func New(opts ...Option) (*Collector, error) {
 	c.overflow = desc("label_overflow_total", "Decisions counted under route \"other\" because the cardinality limit was reached.")
 	c.keys = desc("store_keys", "Keys (buckets) the store holds.", "store")
 	c.evictions = desc("store_evictions_total", "Keys the store dropped before they were full, to honour its key cap.", "store")
+	c.drained = desc("store_drained_evictions_total", "Evictions of keys of tenants throttled or close to it, whom an eviction hands a full bucket.", "store")
 	c.breakerState = desc("store_breaker_state", "1 for the state the store's circuit breaker is in, 0 for the others.", "store", "state")
 	c.breakerOpens = desc("store_breaker_opens_total", "Times the store's circuit breaker opened.", "store")
 	c.denialAnswers = desc("store_denial_cache_answers_total", "Decisions the store answered from its local denial cache, without a round trip.", "store")
@@ -170,7 +172,7 @@ func (c *Collector) Observe(_ context.Context, o tollgate.Observation) {
 // Describe sends the descriptions of every metric the Collector may export.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.decisions, c.tokens, c.latency, c.storeErrors, c.resolverErrors,
-		c.fallback, c.delay, c.overflow, c.keys, c.evictions, c.breakerState, c.breakerOpens, c.denialAnswers} {
+		c.fallback, c.delay, c.overflow, c.keys, c.evictions, c.drained, c.breakerState, c.breakerOpens, c.denialAnswers} {
 		ch <- d
 	}
 }
@@ -206,6 +208,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if f.HasStats {
 			send(c.keys, prometheus.GaugeValue, float64(f.Keys), f.Name)
 			send(c.evictions, counter, float64(f.Evictions), f.Name)
+			send(c.drained, counter, float64(f.DrainedEvictions), f.Name)
 		}
 		if f.HasBreaker {
 			for _, state := range tally.BreakerStates {

@@ -26,9 +26,10 @@ type Store struct {
 type StoreFigures struct {
 	Name string
 
-	HasStats  bool
-	Keys      int
-	Evictions uint64
+	HasStats         bool
+	Keys             int
+	Evictions        uint64
+	DrainedEvictions uint64
 
 	HasBreaker   bool
 	BreakerState string // one of BreakerStates, or "" for a state not known
@@ -43,7 +44,7 @@ func (s Store) Read() StoreFigures {
 	f := StoreFigures{Name: s.Name}
 	if r, ok := s.Store.(statsReporter); ok {
 		st := r.Stats()
-		f.HasStats, f.Keys, f.Evictions = true, st.Keys, st.Evictions
+		f.HasStats, f.Keys, f.Evictions, f.DrainedEvictions = true, st.Keys, st.Evictions, st.DrainedEvictions
 	}
 	if r, ok := s.Store.(breakerReporter); ok {
 		state, opens := r.BreakerState()
