@@ -29,6 +29,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 require (
@@ -72,6 +73,7 @@ require (
 	github.com/tollgate-go/tollgate/echo v0.0.0
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
+	github.com/tollgate-go/tollgate/grpc v0.0.0
 	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	github.com/tollgate-go/tollgate/otel v0.0.0
 	github.com/tollgate-go/tollgate/prometheus v0.0.0
@@ -86,10 +88,11 @@ require (
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
-	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.16.0
+	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
@@ -104,6 +107,8 @@ replace github.com/tollgate-go/tollgate/gin => ../gin
 replace github.com/tollgate-go/tollgate/echo => ../echo
 
 replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
+
+replace github.com/tollgate-go/tollgate/grpc => ../grpc
 
 replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
 
