@@ -18,11 +18,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
 // DefaultAddr is where the apps listen when ADDR is not set.
@@ -153,20 +157,26 @@ func bucketsOnly(plans []tollgate.Plan) []tollgate.Plan {
 	return out
 }
 
-// NewLimiter returns the apps' Limiter, the handler of the upgrade-candidates
-// page (nil unless cfg.AdminToken is set) and a function that releases what
-// they hold. Buckets live in memory unless cfg.RedisURL is set; then they
-// live in Redis, shared by every replica that uses the same Redis, and so
-// do the page's candidates.
+// NewLimiter returns the apps' Limiter, the handler of their GET /metrics,
+// the handler of the upgrade-candidates page (nil unless cfg.AdminToken is
+// set), and a function that releases what they hold. Buckets live in memory
+// unless cfg.RedisURL is set; then they live in Redis, shared by every
+// replica that uses the same Redis, and so do the page's candidates.
+//
+// /metrics serves the Limiter's decisions (tollgateprom: by plan, policy,
+// route and outcome, never by tenant), the store's figures, and the Go
+// runtime's and the process's metrics, in the Prometheus text format. The
+// demo serves it on the API's port to anyone; a real deployment serves it
+// on an internal port, or behind the scraper's credentials.
 //
 // A Redis that does not answer does not stop the app: it starts, logs a
 // warning, and serves every request without limits (tollgate.FailOpen) and
 // without rate-limit headers, until Redis answers again. Throttled requests
 // are logged on logger as JSON lines.
-func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, http.Handler, func(), error) {
+func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, http.Handler, http.Handler, func(), error) {
 	store, client, closeStore, err := newStore(ctx, cfg.RedisURL, logger)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	list := PlanList()
 	if !Policies(store) {
@@ -181,7 +191,12 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 	plans, err := tollgate.NewStaticResolver(list, DefaultPlan, Tenants())
 	if err != nil {
 		closeStore()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
+	}
+	metrics, err := tollgateprom.New(tollgateprom.WithStore(store))
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, nil, err
 	}
 	opts := []tollgate.Option{
 		// Fail-open is the default; it is spelled out because it is a
@@ -189,6 +204,7 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 		// one that answers nothing. tollgate.FailClosed refuses instead.
 		tollgate.WithFailurePolicy(tollgate.FailOpen),
 		tollgate.WithLogger(logger),
+		tollgate.WithObserver(metrics),
 	}
 	if cfg.Shadow {
 		logger.Warn("shadow mode: every decision is made, logged and recorded, but no request is denied (SHADOW=1)")
@@ -197,7 +213,7 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 	tracker, admin, err := newInsights(cfg, client, logger)
 	if err != nil {
 		closeStore()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	release := closeStore
 	if tracker != nil {
@@ -210,13 +226,13 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 	l, err := tollgate.New(store, plans, opts...)
 	if err != nil {
 		release()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return l, admin, release, nil
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return l, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), admin, release, nil
 }
 
-// newStore returns the store of redisURL, and its Redis client (nil for the
-// memory store).
 func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.Store, redis.UniversalClient, func(), error) {
 	if redisURL == "" {
 		logger.Info("rate limits kept in memory; each process counts on its own (set REDIS_URL to share them)",

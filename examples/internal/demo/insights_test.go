@@ -38,12 +38,12 @@ func TestRequireAdmin(t *testing.T) {
 
 func TestNewLimiterServesThePageOnlyWithAToken(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
-	_, admin, release, err := NewLimiter(context.Background(), Config{}, logger)
+	_, _, admin, release, err := NewLimiter(context.Background(), Config{}, logger)
 	if err != nil || admin != nil {
 		t.Fatalf("without a token: page %v, %v", admin, err)
 	}
 	release()
-	_, admin, release, err = NewLimiter(context.Background(), Config{AdminToken: "tok"}, logger)
+	_, _, admin, release, err = NewLimiter(context.Background(), Config{AdminToken: "tok"}, logger)
 	if err != nil || admin == nil {
 		t.Fatalf("with a token: page %v, %v", admin, err)
 	}
