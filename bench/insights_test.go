@@ -65,11 +65,6 @@ func (c *throttleCounts) Observe(_ context.Context, o tollgate.Observation) {
 	c.mu.Unlock()
 }
 
-// nopObserver observes and does nothing.
-type nopObserver struct{}
-
-func (nopObserver) Observe(context.Context, tollgate.Observation) {}
-
 func tenantNames(n int) []string {
 	names := make([]string, n)
 	for i := range names {
