@@ -1,0 +1,303 @@
+package tollgatefiberv3_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v3"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adaptertest"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	tollgatefiberv3 "github.com/tollgate-go/tollgate/fiberv3"
+)
+
+func ok(c fiber.Ctx) error { return c.SendString("ok") }
+
+func teapot(c fiber.Ctx, d tollgate.Decision) error {
+	return c.Status(fiber.StatusTeapot).JSON(fiber.Map{"denied": d.Tenant})
+}
+
+// serve runs app on a loopback listener until the test ends and returns
+// its base URL.
+func serve(t *testing.T, app *fiber.App) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) }()
+	t.Cleanup(func() {
+		if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
+			t.Error(err)
+		}
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+type tenantKey struct{}
+
+// authenticate is the kit's authentication: it keeps the X-Tenant-ID
+// header in Locals as c.Get returns it, a string that points into a buffer
+// Fiber reuses for the next request on the connection.
+func authenticate(c fiber.Ctx) error {
+	if tenant := c.Get(tollgatehttp.DefaultTenantHeader); tenant != "" {
+		c.Locals(tenantKey{}, tenant)
+	}
+	return c.Next()
+}
+
+var byPrincipal = tollgatefiberv3.TenantFromContext(tenantKey{})
+
+// TestConformance runs the kit with the middleware on each route.
+func TestConformance(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+		limit := tollgatefiberv3.New(tollgatefiberv3.Config{
+			Limiter: s.Limiter,
+			Tenant:  byPrincipal,
+			Next:    func(c fiber.Ctx) bool { return c.Path() == "/skipped" },
+		})
+		app := fiber.New()
+		app.Use(authenticate)
+		app.Get("/limited", limit, ok)
+		app.Get("/skipped", limit, ok)
+		app.Get("/costly", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Cost: 5}), ok)
+		app.Get("/custom", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, LimitReached: teapot}), ok)
+		app.Get("/reports/:id", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: adaptertest.Budget}), ok)
+		app.Get("/by-header", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter}), ok)
+		return serve(t, app)
+	})
+}
+
+// TestConformanceUse runs the kit with the middleware registered with
+// app.Use: one for the whole app, told the routes apart by path, and one
+// for each prefix that needs a configuration of its own.
+func TestConformanceUse(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+		app := fiber.New()
+		app.Use(authenticate)
+		// Under app.Use the route is named by the prefix, "/reports".
+		app.Use("/reports", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: adaptertest.Budget}))
+		app.Use("/by-header", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter}))
+		app.Use(tollgatefiberv3.New(tollgatefiberv3.Config{
+			Limiter: s.Limiter,
+			Tenant:  byPrincipal,
+			Next: func(c fiber.Ctx) bool {
+				p := c.Path()
+				return p == "/skipped" || p == "/by-header" || strings.HasPrefix(p, "/reports/")
+			},
+			CostFunc: func(c fiber.Ctx) int64 {
+				if c.Path() == "/costly" {
+					return 5
+				}
+				return 0 // counts as 1
+			},
+			LimitReached: func(c fiber.Ctx, d tollgate.Decision) error {
+				if c.Path() == "/custom" {
+					return teapot(c, d)
+				}
+				return c.Status(tollgatehttp.DenialStatus(&d)).JSON(tollgatehttp.DenialBody(&d))
+			},
+		}))
+		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom", "/reports/:id", "/by-header"} {
+			app.Get(p, ok)
+		}
+		return serve(t, app)
+	})
+}
+
+// newLimiter returns a Limiter of burst requests per tenant, refilled at
+// one a minute on a stopped clock, that records its throttle events.
+func newLimiter(t *testing.T, burst int64) (*tollgate.Limiter, *adaptertest.Events) {
+	plan := tollgate.Plan{Name: "test", Limit: tollgate.Limit{Rate: 1.0 / 60, Burst: burst}}
+	l, ev, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(plan))
+	return l, ev
+}
+
+// TestKeptStringsOutliveTheRequest sends requests on one keep-alive
+// connection, so that Fiber reuses its buffers for each, and checks that
+// the tenant IDs the Limiter kept (in events and in store keys) are still
+// the tenants of their own requests.
+func TestKeptStringsOutliveTheRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tenant func(fiber.Ctx) string // nil for the default header
+	}{
+		{"FromContext", byPrincipal},
+		{"FromHeader", tollgatefiberv3.TenantFromHeader("X-Tenant-ID")},
+		{"Default", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, ev := newLimiter(t, 1)
+			app := fiber.New()
+			app.Use(authenticate)
+			app.Get("/hello", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: l, Tenant: tc.tenant}), ok)
+			base := serve(t, app)
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+			t.Cleanup(client.CloseIdleConnections)
+			get := func(tenant string) int {
+				t.Helper()
+				req, _ := http.NewRequest("GET", base+"/hello", nil)
+				req.Header.Set("X-Tenant-ID", tenant)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			get("alice-0001")
+			if s := get("alice-0001"); s != http.StatusTooManyRequests {
+				t.Fatalf("alice's second request: status %d, want 429", s)
+			}
+			// Same length, so that each lands where alice's bytes were.
+			for i := range 20 {
+				if s := get("bob-000001"); s != http.StatusOK && i == 0 {
+					t.Fatalf("bob's first request: status %d, want 200", s)
+				}
+			}
+			if got := ev.All()[0].Tenant; got != "alice-0001" {
+				t.Errorf("alice's throttle event names tenant %q after later requests", got)
+			}
+			if s := get("alice-0001"); s != http.StatusTooManyRequests {
+				t.Errorf("alice after bob's requests: status %d, want 429: her bucket's key changed", s)
+			}
+		})
+	}
+}
+
+// TestTenantFromClientIP sends requests through Fiber from 127.0.0.1 with
+// a forged X-Forwarded-For: it is believed only when the peer is a trusted
+// proxy, and then read from the right.
+func TestTenantFromClientIP(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		trusted []netip.Prefix
+		xff     string
+		want    string
+	}{
+		{"untrusted peer: the header is ignored", nil, "203.0.113.7", "127.0.0.1"},
+		{"trusted peer: the rightmost untrusted hop", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "203.0.113.7, 198.51.100.2", "198.51.100.2"},
+		{"trusted hops are skipped", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")}, "198.51.100.2, 10.1.1.1", "198.51.100.2"},
+		{"IPv6 by its /64", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, ev := newLimiter(t, 1)
+			app := fiber.New()
+			app.Get("/hello", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: l, Tenant: tollgatefiberv3.TenantFromClientIP(tc.trusted...)}), ok)
+			base := serve(t, app)
+			adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", tc.xff)
+			if got := ev.Last(t).Tenant; got != tc.want {
+				t.Errorf("tenant %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// captureLog sends slog's default logger to a buffer until the test ends.
+func captureLog(t *testing.T) *bytes.Buffer {
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&buf, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return &buf
+}
+
+func TestMisconfigured(t *testing.T) {
+	l, _ := newLimiter(t, 1)
+	for _, tc := range []struct {
+		name string
+		cfg  []tollgatefiberv3.Config
+		want string // in the log
+	}{
+		{"no Config", nil, "Limiter is nil"},
+		{"nil Limiter", []tollgatefiberv3.Config{{Cost: 3}}, "Limiter is nil"},
+		{"invalid Budget", []tollgatefiberv3.Config{{Limiter: l, Budget: "no spaces"}}, "Budget"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logged := captureLog(t)
+			mw := tollgatefiberv3.New(tc.cfg...)
+			if n := strings.Count(logged.String(), "\n"); n != 1 || !strings.Contains(logged.String(), tc.want) {
+				t.Fatalf("at build, logged %d lines, want one naming %q:\n%s", n, tc.want, logged)
+			}
+			app := fiber.New()
+			app.Get("/hello", mw, ok)
+			base := serve(t, app)
+			for range 3 {
+				status, body := adaptertest.Get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
+				var got tollgatehttp.ResponseBody
+				if err := json.Unmarshal([]byte(body), &got); err != nil || status != http.StatusInternalServerError || got.Error != tollgatehttp.CodeInternalError {
+					t.Fatalf("status %d body %q, want 500 with %q", status, body, tollgatehttp.CodeInternalError)
+				}
+			}
+			if n := strings.Count(logged.String(), "\n"); n != 1 {
+				t.Errorf("logged %d lines after 3 requests, want the one at build", n)
+			}
+		})
+	}
+}
+
+func TestMissingTenantHandler(t *testing.T) {
+	l, _ := newLimiter(t, 1)
+	app := fiber.New()
+	app.Get("/hello", tollgatefiberv3.New(tollgatefiberv3.Config{
+		Limiter:       l,
+		MissingTenant: func(c fiber.Ctx) error { return c.Next() }, // anonymous requests go unlimited
+	}), ok)
+	base := serve(t, app)
+	for range 3 {
+		if status, body := adaptertest.Get(t, "GET", base+"/hello"); status != http.StatusOK || body != "ok" {
+			t.Fatalf("anonymous request: status %d body %q, want 200 ok", status, body)
+		}
+	}
+	adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Tenant-ID", "acme")
+}
+
+// TestDenialHeaders checks the default denial through Fiber: the JSON body,
+// and the headers set with fasthttp's own API, each exactly once.
+func TestDenialHeaders(t *testing.T) {
+	l, _ := newLimiter(t, 1)
+	app := fiber.New()
+	app.Get("/hello", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: l}), ok)
+	base := serve(t, app)
+	adaptertest.Get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
+	req, _ := http.NewRequest("GET", base+"/hello", nil)
+	req.Header.Set("X-Tenant-ID", "acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `"retry_after":60`) {
+		t.Fatalf("status %d body %s, want 429 naming a retry after 60s", resp.StatusCode, body)
+	}
+	for name, want := range map[string]string{
+		"X-RateLimit-Limit":      "1",
+		"X-RateLimit-Remaining":  "0",
+		"RateLimit-Policy":       `"test";q=1;w=60`,
+		"RateLimit":              `"test";r=0;t=60`,
+		"Retry-After":            "60",
+		"X-Content-Type-Options": "nosniff",
+	} {
+		if got := resp.Header.Values(name); len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q, want [%q]", name, got, want)
+		}
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type %q, want JSON", ct)
+	}
+}
