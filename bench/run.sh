@@ -16,7 +16,7 @@ for i in $(seq "$PASSES"); do
 	echo "pass $i of $PASSES" >&2
 	run -test.bench '^BenchmarkMemory$' >> results/memory.txt
 	run -test.bench '^BenchmarkMemoryHeap$' -test.benchtime 1x >> results/memory.txt
-	run -test.bench '^BenchmarkAdapter(GinEcho)?$' >> results/adapters.txt
+	run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt
 	run -test.bench '^BenchmarkRedis' >> results/redis.txt
 done
 for f in memory adapters; do
