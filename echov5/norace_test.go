@@ -1,0 +1,5 @@
+//go:build !race
+
+package tollgateechov5_test
+
+const raceEnabled = false

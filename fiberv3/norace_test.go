@@ -1,0 +1,5 @@
+//go:build !race
+
+package tollgatefiberv3_test
+
+const raceEnabled = false
