@@ -63,6 +63,7 @@ require (
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/fiberv3 v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
+	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	github.com/ulule/limiter/v3 v3.11.2
@@ -95,3 +96,5 @@ replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
 replace github.com/tollgate-go/tollgate/echov5 => ../echov5
 
 replace github.com/tollgate-go/tollgate/fiberv3 => ../fiberv3
+
+replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis

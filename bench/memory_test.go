@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +54,12 @@ var memDrainingLimit = tollgate.Limit{Rate: 100, Burst: 1e9}
 // tollgate's memory store may drop a full bucket (a full bucket and a missing
 // one are the same state), so under this limit it may re-insert keys.
 var memRefillingLimit = tollgate.Limit{Rate: 1e6, Burst: 1e9}
+
+// memZipfLimit is a burst of 50 million tokens refilled at one a minute:
+// no run drains it, and a request leaves a bucket at least a minute from
+// full, longer than a run, so that every store keeps tracking every tenant
+// of BenchmarkMemoryZipf, however rarely it is asked for.
+var memZipfLimit = tollgate.Limit{Rate: 1.0 / 60, Burst: 50_000_000}
 
 // memHeapLimit is 100 requests an hour with a burst of 100: one request leaves
 // a bucket 36 s short of full, far longer than inserting 1,000,000 keys takes.
@@ -307,6 +314,67 @@ func memParallel(b *testing.B, take memTakeFunc, keys []string) {
 	}
 }
 
+// memZipfKeys is the number of tenants of BenchmarkMemoryZipf, and
+// memZipfExponent the exponent of their traffic's Zipf distribution.
+const (
+	memZipfKeys     = 1_000_000
+	memZipfExponent = 1.1
+)
+
+// BenchmarkMemoryZipf is traffic as a SaaS back end sees it: 1,000,000
+// tenants, all tracked before the timer starts, whose requests follow a Zipf
+// distribution with exponent 1.1 (the busiest tenant sends about a tenth of
+// all requests, the 100 busiest about two fifths, and most tenants are asked
+// for once in a long while), from GOMAXPROCS goroutines, under
+// memZipfLimit. Each library gets a store of its own, filled once and kept
+// across the rounds of its sub-benchmark.
+//
+//   - case=keys1M-zipf-parallel: ns/op and cpu-ns/op as in BenchmarkMemory.
+func BenchmarkMemoryZipf(b *testing.B) {
+	keys := memTenantKeys(memZipfKeys)
+	// One sequence of tenants for every library; each goroutine walks it
+	// from a random start.
+	zipf := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), memZipfExponent, 1, memZipfKeys-1)
+	seq := make([]int32, 1<<22)
+	for i := range seq {
+		seq[i] = int32(zipf.Uint64())
+	}
+	for _, c := range memContenders {
+		s := c.open(b, memZipfLimit, 2*memZipfKeys)
+		for _, k := range keys {
+			s.take(k)
+		}
+		clones := memCloneKeys(keys)
+		b.Run("case=keys1M-zipf-parallel/lib="+c.name, func(b *testing.B) {
+			var denied atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := cpuTime()
+			b.RunParallel(func(pb *testing.PB) {
+				i, n := rand.IntN(len(seq)), 0
+				for pb.Next() {
+					if !s.take(clones[seq[i]]) {
+						n++
+					}
+					if i++; i == len(seq) {
+						i = 0
+					}
+				}
+				denied.Add(int64(n))
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(denied.Load())/float64(b.N), "denied/op")
+			if d := denied.Load(); d*1000 > int64(b.N) {
+				b.Fatalf("%d of %d requests denied; the limit must allow all", d, b.N)
+			}
+		})
+		if s.close != nil {
+			s.close()
+		}
+	}
+}
+
 // memHeapKeys is the number of distinct keys BenchmarkMemoryHeap tracks.
 const memHeapKeys = 1_000_000
 
@@ -372,4 +440,140 @@ func memSettledHeap() uint64 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return ms.HeapAlloc
+}
+
+// memFloodKeys is the number of one-request tenants BenchmarkMemoryFlood
+// sends through a Store with the default key cap.
+const memFloodKeys = 5_000_000
+
+// BenchmarkMemoryFlood sends 5,000,000 one-request tenants, from GOMAXPROCS
+// goroutines, through a memory.Store with the default cap of 1,000,000 keys,
+// while 100 real tenants (a burst of 100 at 1/s) sit drained and keep
+// asking. The flood's plan (10 requests an hour) leaves each of its buckets
+// 6 minutes from full, longer than the real tenants' whole 100 s window, so
+// that the order of eviction, not time, is what protects them. Run it with
+// -benchtime=1x. It reports:
+//
+//   - p50-ns, p99-ns, p999-ns, max-ns: the latency of each Take of the
+//     flood (the clock reads around it included, about 45 ns);
+//   - evictions, drained-evictions: the Store's counters at the end;
+//   - tenants-reset: real tenants seen with more than one token (a token
+//     comes back each second and they ask every millisecond; a reset bucket
+//     has 99), during the flood or after.
+func BenchmarkMemoryFlood(b *testing.B) {
+	real := tollgate.Limit{Rate: 1, Burst: 100}
+	flood := tollgate.Limit{Rate: 10.0 / 3600, Burst: 10}
+	for range b.N {
+		s := memory.New()
+		ctx := context.Background()
+		tenants := memTenantKeys(100)
+		for _, k := range tenants {
+			if r, err := s.Take(ctx, k, real, real.Burst); err != nil || !r.Allowed {
+				b.Fatal(r, err)
+			}
+		}
+		reset := make(map[string]bool)
+		checkTenants := func() {
+			for _, k := range tenants {
+				if r, _ := s.Take(ctx, k, real, 1); r.Remaining > 1 {
+					reset[k] = true
+				}
+			}
+		}
+		stop := make(chan struct{})
+		hammered := make(chan struct{})
+		go func() {
+			defer close(hammered)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+					checkTenants()
+				}
+			}
+		}()
+		workers := runtime.GOMAXPROCS(0)
+		hists := make([]latencyHistogram, workers)
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h := &hists[w]
+				buf := make([]byte, 0, 32)
+				for i := w; i < memFloodKeys; i += workers {
+					buf = strconv.AppendInt(append(buf[:0], "flood-"...), int64(i), 10)
+					key := string(buf)
+					start := time.Now()
+					r, err := s.Take(ctx, key, flood, 1)
+					h.add(time.Since(start))
+					if err != nil || !r.Allowed {
+						panic(fmt.Sprint("flood request denied: ", r, err))
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		close(stop)
+		<-hammered
+		checkTenants()
+		st := s.Stats()
+		s.Close()
+		var all latencyHistogram
+		for i := range hists {
+			all.merge(&hists[i])
+		}
+		b.ReportMetric(float64(all.quantile(0.50)), "p50-ns")
+		b.ReportMetric(float64(all.quantile(0.99)), "p99-ns")
+		b.ReportMetric(float64(all.quantile(0.999)), "p999-ns")
+		b.ReportMetric(float64(all.max), "max-ns")
+		b.ReportMetric(float64(st.Evictions), "evictions")
+		b.ReportMetric(float64(st.DrainedEvictions), "drained-evictions")
+		b.ReportMetric(float64(len(reset)), "tenants-reset")
+	}
+}
+
+// A latencyHistogram counts durations in buckets 16 ns wide up to 64 µs,
+// and keeps the longest.
+type latencyHistogram struct {
+	counts [4096]uint64
+	over   uint64 // durations of 64 µs or more
+	max    time.Duration
+}
+
+func (h *latencyHistogram) add(d time.Duration) {
+	if i := int(d / 16); i < len(h.counts) {
+		h.counts[i]++
+	} else {
+		h.over++
+	}
+	h.max = max(h.max, d)
+}
+
+func (h *latencyHistogram) merge(o *latencyHistogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.over += o.over
+	h.max = max(h.max, o.max)
+}
+
+// quantile returns the upper edge of the bucket that holds quantile q, or
+// the longest duration if it lies beyond the buckets.
+func (h *latencyHistogram) quantile(q float64) time.Duration {
+	total := h.over
+	for _, c := range h.counts {
+		total += c
+	}
+	rank := uint64(q * float64(total))
+	var seen uint64
+	for i, c := range h.counts {
+		if seen += c; seen > rank {
+			return time.Duration(i+1) * 16
+		}
+	}
+	return h.max
 }

@@ -2,8 +2,8 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -19,14 +19,18 @@ import (
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 // How the Redis-store benchmarks are read (docs/performance.md has the
 // commands and the numbers):
 //
-//   - Every library talks to the same Redis (127.0.0.1:6379, database 15,
-//     emptied first) through a go-redis v9 client of its own with go-redis's
-//     default options, and gets the same limit in its own terms.
+//   - Every library talks to the same Redis (a redis-server on a loopback
+//     port that this test binary starts, or the one TOLLGATE_TEST_REDIS
+//     names; see internal/testredis) through a go-redis v9 client of its
+//     own with go-redis's default options, and gets the same limit in its
+//     own terms. Each case keeps its keys under a prefix of its own, and
+//     deletes them when it ends.
 //   - BenchmarkRedisSerialPaired: one caller, one tenant whose limit never
 //     denies: the latency of one decision, every library in turn within each
 //     iteration (and a PING, the bare round trip), reported as medians and
@@ -38,15 +42,18 @@ import (
 //   - BenchmarkRedisRoundTrip is one PING, serial: the round trip that the
 //     flood target (a denial >= 50x faster) is measured against.
 //   - lib=tollgate uses go-redis's default options; lib=tollgate-ctx sets
-//     ContextTimeoutEnabled, as docs/redis.md recommends, so that a Take
-//     that finds the store idle makes its own round trip. lib=tollgate-nocache
-//     turns the denial cache off, to show the flood without it.
+//     ContextTimeoutEnabled, which must make no difference (the store never
+//     hands go-redis a context that expires). lib=tollgate-nocache turns
+//     the denial cache off, to show the flood without it.
+//   - lib=tollgate-quota decides on the same limit plus a daily quota, in
+//     one Op (MultiStore.Do): a plan with a burst rate and a quota.
 //   - ulule/limiter counts a fixed window (its algorithm), the others run
 //     GCRA; throttled's store takes two round trips a decision (GET, then a
 //     compare-and-swap script), the others one script call.
 
-const benchRedis = "127.0.0.1:6379"
-const benchDB = 15
+// TestMain stops the shared Redis, by its PID, once the benchmarks are
+// done.
+func TestMain(m *testing.M) { os.Exit(testredis.Run(m)) }
 
 // openLimit never denies within a run: a burst of 1e9 tokens refilled at
 // 100 a second, as the memory benchmarks' drainingLimit.
@@ -66,6 +73,7 @@ var redisContenders = []redisContender{
 	{"tollgate", openTollgate(false)},
 	{"tollgate-ctx", openTollgate(true)},
 	{"tollgate-nocache", openTollgate(false, redisstore.WithDenialCache(0))},
+	{"tollgate-quota", openTollgateQuota},
 	{"redis_rate", func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
 		l := redis_rate.NewLimiter(client)
 		limit := redis_rate.Limit{Rate: int(lim.Rate * 3600), Burst: int(lim.Burst), Period: time.Hour}
@@ -113,44 +121,83 @@ var redisContenders = []redisContender{
 	}},
 }
 
+// openOwn opens c for lim on a client and a key prefix of b's own. The
+// prefix comes first, so that its keys are deleted after the client is
+// closed (clean-ups run last first): no late write outlives the deletion.
+func (c redisContender) openOwn(b *testing.B, lim tollgate.Limit) func(context.Context, string) (bool, error) {
+	prefix := benchPrefix(b, c.name)
+	return c.open(b, benchClient(b), prefix, lim)
+}
+
 // openTollgate opens tollgate's Redis store. With ctxTimeout the client sets
-// ContextTimeoutEnabled, which the docs recommend: an idle Take then makes
-// its round trip on the caller's goroutine.
+// ContextTimeoutEnabled, which must change nothing.
 func openTollgate(ctxTimeout bool, opts ...redisstore.Option) func(*testing.B, *redis.Client, string, tollgate.Limit) func(context.Context, string) (bool, error) {
 	return func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
 		if ctxTimeout {
-			client = redis.NewClient(&redis.Options{Addr: benchRedis, DB: benchDB, ContextTimeoutEnabled: true})
+			client = redis.NewClient(&redis.Options{Addr: testredis.Shared(b), ContextTimeoutEnabled: true})
 			b.Cleanup(func() { client.Close() })
 		}
-		// The other libraries have no timeout of their own; a second keeps
-		// a loaded machine's stall from failing a run.
-		opts = append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithTimeout(time.Second)}, opts...)
-		s, err := redisstore.New(client, opts...)
+		// A new slice each time: appending to opts would keep the first
+		// opening's prefix in every later one.
+		all := append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)
+		s, err := redisstore.New(client, all...)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return func(ctx context.Context, key string) (bool, error) {
-			r, err := s.Take(ctx, key, lim, 1)
+			// The other libraries have no timeout of their own; a second
+			// keeps a loaded machine's stall from failing a run.
+			r, err := s.Take(patient{ctx}, key, lim, 1)
 			return r.Allowed, err
 		}
 	}
 }
 
-// benchClient returns a client of the benchmark database, emptied.
+// patient is a context whose deadline is always a second away, without a
+// timer: the store's own deadline (50 ms without one) would otherwise fail
+// decisions when the machine stalls.
+type patient struct{ context.Context }
+
+func (patient) Deadline() (time.Time, bool) { return time.Now().Add(time.Second), true }
+
+// openTollgateQuota decides on lim plus a daily quota, in one Op: the
+// shape of a plan with a burst rate and a quota.
+func openTollgateQuota(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
+	s, err := redisstore.New(client, redisstore.WithPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rules := []tollgate.Rule{{Limit: lim}, {Sub: "day", Quota: tollgate.PerDay(999_999_999_999_999)}}
+	return func(ctx context.Context, key string) (bool, error) {
+		op := tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: rules, Cost: 1, Deadline: time.Now().Add(time.Second)}
+		err := s.Do(ctx, &op)
+		return op.Allowed, err
+	}
+}
+
+// benchClient returns a client of the shared Redis.
 func benchClient(b *testing.B) *redis.Client {
 	b.Helper()
-	c := redis.NewClient(&redis.Options{Addr: benchRedis, DB: benchDB})
+	c := redis.NewClient(&redis.Options{Addr: testredis.Shared(b)})
 	b.Cleanup(func() { c.Close() })
-	if err := c.FlushDB(context.Background()).Err(); err != nil {
-		b.Fatalf("the Redis benchmarks need Redis on %s: %v", benchRedis, err)
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		b.Fatalf("the shared Redis on %s does not answer: %v", c.Options().Addr, err)
 	}
 	return c
 }
 
-var benchRun atomic.Int64
-
-func benchPrefix(name string) string {
-	return fmt.Sprintf("bench:%s:%d:", name, benchRun.Add(1))
+// benchPrefix returns a key prefix of b's own for the library name. Every
+// key written under it is deleted when b ends, redis_rate's too (it puts
+// "rate:" in front of the keys it is given).
+func benchPrefix(b *testing.B, name string) string {
+	prefix := testredis.Prefix(b) + name + ":"
+	addr := testredis.Shared(b)
+	b.Cleanup(func() {
+		if _, err := testredis.DeleteKeys(addr, "rate:"+prefix); err != nil {
+			b.Error(err)
+		}
+	})
+	return prefix
 }
 
 // reportRate reports decisions per second and, if cpu0 is not negative,
@@ -175,7 +222,7 @@ func BenchmarkRedis(b *testing.B) {
 			if c.name == "tollgate-nocache" {
 				b.Skip("same as tollgate when nothing is denied")
 			}
-			take := c.open(b, benchClient(b), benchPrefix(c.name), openLimit)
+			take := c.openOwn(b, openLimit)
 			var failed atomic.Int64
 			b.SetParallelism(64) // 128 callers on 2 CPUs
 			b.ResetTimer()
@@ -195,10 +242,10 @@ func BenchmarkRedis(b *testing.B) {
 			}
 		})
 		b.Run("case=flood/lib="+c.name, func(b *testing.B) {
-			if c.name == "tollgate-ctx" {
+			if c.name == "tollgate-ctx" || c.name == "tollgate-quota" {
 				b.Skip("same as tollgate when denials are local")
 			}
-			take := c.open(b, benchClient(b), benchPrefix(c.name), floodLimit)
+			take := c.openOwn(b, floodLimit)
 			take(ctx, "flooding-tenant") // the one allowed request
 			var allowed, failed atomic.Int64
 			b.SetParallelism(64)
@@ -245,11 +292,11 @@ func BenchmarkRedisSerialPaired(b *testing.B) {
 	var takes []func(context.Context, string) (bool, error)
 	var names []string
 	for _, c := range redisContenders {
-		if c.name == "tollgate-nocache" {
+		if c.name == "tollgate-nocache" || c.name == "tollgate-quota" {
 			continue
 		}
 		names = append(names, c.name)
-		takes = append(takes, c.open(b, benchClient(b), benchPrefix(c.name), openLimit))
+		takes = append(takes, c.openOwn(b, openLimit))
 	}
 	ping := benchClient(b)
 	names = append(names, "ping")

@@ -2,27 +2,40 @@
 # Runs every benchmark of this module six times, interleaved (each pass runs
 # every case once, so a change in machine load hits all libraries alike),
 # into results/, then prints the benchstat tables of docs/performance.md.
-# Needs a Redis on 127.0.0.1:6379 (the Redis cases use DB 15).
+# The Redis cases start a redis-server of their own on a loopback port (or
+# use the one TOLLGATE_TEST_REDIS names); redis-server must be on PATH.
+# SUITES picks some of memory, adapters and redis (default: all three);
+# the others' results are left as they are.
 set -euo pipefail
 cd "$(dirname "$0")"
 BENCHSTAT=${BENCHSTAT:-$(go env GOPATH)/bin/benchstat}
 [ -x "$BENCHSTAT" ] || go install golang.org/x/perf/cmd/benchstat@latest
 PASSES=${PASSES:-6}
+SUITES=${SUITES:-memory adapters redis}
+has() { [[ " $SUITES " == *" $1 "* ]]; }
 go test -c -o /tmp/tollgate-bench.test .
 run() { /tmp/tollgate-bench.test -test.run '^$' -test.benchmem "$@"; }
 mkdir -p results
-: > results/memory.txt; : > results/adapters.txt; : > results/redis.txt
+for f in $SUITES; do : > "results/$f.txt"; done
 for i in $(seq "$PASSES"); do
 	echo "pass $i of $PASSES" >&2
-	run -test.bench '^BenchmarkMemory$' >> results/memory.txt
-	run -test.bench '^BenchmarkMemoryHeap$' -test.benchtime 1x >> results/memory.txt
-	run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt
-	run -test.bench '^BenchmarkRedis' >> results/redis.txt
+	if has memory; then
+		run -test.bench '^BenchmarkMemory$' >> results/memory.txt
+		run -test.bench '^BenchmarkMemoryHeap$' -test.benchtime 1x >> results/memory.txt
+		run -test.bench '^BenchmarkMemoryZipf$' >> results/memory.txt
+		run -test.bench '^BenchmarkMemoryFlood$' -test.benchtime 1x >> results/memory.txt
+	fi
+	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt; fi
+	if has redis; then run -test.bench '^BenchmarkRedis' >> results/redis.txt; fi
 done
 for f in memory adapters; do
-	echo "== $f"
-	"$BENCHSTAT" -col /lib results/$f.txt
+	if has $f; then
+		echo "== $f"
+		"$BENCHSTAT" -col /lib results/$f.txt
+	fi
 done
-echo "== redis"
-"$BENCHSTAT" -col /lib -filter '.name:Redis' results/redis.txt
-"$BENCHSTAT" -filter '.name:RedisRoundTrip OR .name:RedisSerialPaired' results/redis.txt
+if has redis; then
+	echo "== redis"
+	"$BENCHSTAT" -col /lib -filter '.name:Redis' results/redis.txt
+	"$BENCHSTAT" -filter '.name:RedisRoundTrip OR .name:RedisSerialPaired' results/redis.txt
+fi

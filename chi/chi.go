@@ -44,6 +44,7 @@ func Middleware(l *tollgate.Limiter, opts ...tollgatehttp.Option) func(http.Hand
 	all = append(all, tollgatehttp.WithRoute(RoutePattern))
 	return tollgatehttp.Middleware(l, append(all, opts...)...)
 }
+
 // RoutePattern returns the chi route pattern that r matches, such as
 // "/api/users/{id}", or "" when it matches no route, so that scans of made-up
 // paths do not multiply the routes in logs. Outside a chi router it returns

@@ -73,7 +73,7 @@ func newModelLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate
 	t.Helper()
 	clock := storetest.NewClock()
 	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil)}, opts...)
-	l, err := tollgate.New(storetest.NewModel(clock.Now), plans, opts...)
+	l, err := tollgate.New(storetest.NewModelStore(clock.Now), plans, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,11 +279,13 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 	var typedNil *memory.Store
 	var typedNilResolver *tollgate.StaticResolver
 	cases := map[string]func() (*tollgate.Limiter, error){
-		"nil store":           func() (*tollgate.Limiter, error) { return tollgate.New(nil, free) },
-		"typed-nil store":     func() (*tollgate.Limiter, error) { return tollgate.New(typedNil, free) },
-		"nil resolver":        func() (*tollgate.Limiter, error) { return tollgate.New(store, nil) },
-		"typed-nil resolver":  func() (*tollgate.Limiter, error) { return tollgate.New(store, typedNilResolver) },
-		"typed-nil fallback":  func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithFallbackStore(typedNil)) },
+		"nil store":          func() (*tollgate.Limiter, error) { return tollgate.New(nil, free) },
+		"typed-nil store":    func() (*tollgate.Limiter, error) { return tollgate.New(typedNil, free) },
+		"nil resolver":       func() (*tollgate.Limiter, error) { return tollgate.New(store, nil) },
+		"typed-nil resolver": func() (*tollgate.Limiter, error) { return tollgate.New(store, typedNilResolver) },
+		"typed-nil fallback": func() (*tollgate.Limiter, error) {
+			return tollgate.New(store, free, tollgate.WithFallbackStore(typedNil))
+		},
 		"bad policy":          func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithFailurePolicy(7)) },
 		"zero store timeout":  func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithStoreTimeout(0)) },
 		"zero resolver bound": func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithResolverTimeout(-1)) },

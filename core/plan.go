@@ -248,4 +248,3 @@ func (s singlePlan) ResolvePlan(context.Context, string) (Plan, error) { return 
 func (s singlePlan) resolveWithin(context.Context, string, time.Duration) (Plan, error) {
 	return s.p, nil
 }
-

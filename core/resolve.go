@@ -24,8 +24,14 @@ func (l *Limiter) resolve(ctx context.Context, tenant string) (Plan, error) {
 	if l.bounded != nil {
 		return safeResolve(func() (Plan, error) { return l.bounded.resolveWithin(ctx, tenant, l.resolverTimeout) })
 	}
-	// Any other resolver may ignore its context: it runs on a goroutine
-	// of its own, and the request stops waiting for it at the deadline.
+	return l.resolveAside(ctx, tenant)
+}
+
+// resolveAside runs a resolver that may ignore its context on a goroutine
+// of its own, and stops waiting for it at the deadline. It is apart from
+// resolve so that the goroutine's context, which escapes, costs the bounded
+// resolvers' requests nothing.
+func (l *Limiter) resolveAside(ctx context.Context, tenant string) (Plan, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.resolverTimeout)
 	defer cancel()
 	type answer struct {

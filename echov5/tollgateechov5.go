@@ -91,30 +91,14 @@ func MiddlewareWithConfig(cfg Config) echo.MiddlewareFunc {
 	return mw
 }
 
-// framework tells tollgatehttp how to read an Echo request.
+// framework tells tollgatehttp how to read an Echo request. Build asks for
+// the default tenant header by its canonical name, which Header.Get finds
+// without allocating.
 var framework = tollgatehttp.Framework[*echo.Context]{
 	Context: func(c *echo.Context) context.Context { return c.Request().Context() },
 	Method:  func(c *echo.Context) string { return c.Request().Method },
-	Header:  header,
+	Header:  func(c *echo.Context, name string) string { return c.Request().Header.Get(name) },
 	Route:   (*echo.Context).Path,
-}
-
-// defaultTenantKey is tollgatehttp.DefaultTenantHeader in canonical form.
-var defaultTenantKey = http.CanonicalHeaderKey(tollgatehttp.DefaultTenantHeader)
-
-// header returns the request header name. The default tenant header's key
-// is canonicalised once, here, rather than by Header.Get on every request,
-// where it cost an allocation.
-func header(c *echo.Context, name string) string {
-	if name == tollgatehttp.DefaultTenantHeader {
-		name = defaultTenantKey
-	} else {
-		name = http.CanonicalHeaderKey(name)
-	}
-	if v := c.Request().Header[name]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
 }
 
 // ToMiddleware returns middleware configured by c, or an error if c can not

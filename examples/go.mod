@@ -16,6 +16,7 @@ require (
 	github.com/tollgate-go/tollgate/echo v0.0.0
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
+	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 )
 
 require (
@@ -79,6 +80,7 @@ replace (
 	github.com/tollgate-go/tollgate/echo => ../echo
 	github.com/tollgate-go/tollgate/fiber => ../fiber
 	github.com/tollgate-go/tollgate/gin => ../gin
+	github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
 )
 
 replace github.com/tollgate-go/tollgate/echov5 => ../echov5

@@ -20,6 +20,15 @@
 //	                   the adapter's default names it by the router's pattern
 //	GET /by-header     limited with every default of the adapter: the tenant is the
 //	                   X-Tenant-ID header itself
+//
+// With Setup.Limiter nil, every route's middleware must log the mistake
+// once, when it is built, and answer every request 500 with
+// tollgatehttp.InternalErrorBody, never panic. Run swaps slog's default
+// logger to see that, so it must not run in parallel with other tests of
+// the package.
+//
+// RunClientIP checks an adapter's client-address tenants, over a server of
+// its own.
 package adaptertest
 
 import (
@@ -119,7 +128,7 @@ func newKit(t *testing.T, newServer NewServer, store tollgate.Store, opts ...tol
 		t.Fatal(err)
 	}
 	if store == nil {
-		store = storetest.NewModel(clock.Now)
+		store = storetest.NewModelStore(clock.Now)
 	}
 	events := &Events{}
 	opts = append([]tollgate.Option{WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)
@@ -448,6 +457,30 @@ func Run(t *testing.T, newServer NewServer) {
 			if got := r.header.Get("X-RateLimit-Remaining"); got != "2" {
 				t.Errorf("tenant %.20q: X-RateLimit-Remaining = %q, want 2 (a bucket of its own)", tenant, got)
 			}
+		}
+	})
+
+	t.Run("NilLimiter", func(t *testing.T) {
+		logs := CaptureDefaultLog(t)
+		k := &kit{t: t, base: strings.TrimRight(newServer(t, Setup{}), "/"), client: &http.Client{Timeout: 10 * time.Second}}
+		t.Cleanup(k.client.CloseIdleConnections)
+		built := logs.Count(misconfiguredMsg)
+		if built == 0 || !strings.Contains(logs.String(), tollgatehttp.ErrNoLimiter.Error()) {
+			t.Errorf("building middleware without a Limiter logged no misconfiguration naming it:\n%s", logs)
+		}
+		for _, path := range []string{"/limited", "/skipped", "/costly", "/custom", "/reports/1", "/by-header"} {
+			for range 2 {
+				r := k.get(path, "t-small")
+				k.wantStatus(r, http.StatusInternalServerError)
+				k.wantJSONError(r, tollgatehttp.CodeInternalError)
+				k.wantNoFigures(r)
+				if strings.Contains(r.body, "nil") {
+					t.Errorf("%s: body %q names the cause, which is for the log", path, r.body)
+				}
+			}
+		}
+		if n := logs.Count(misconfiguredMsg); n != built {
+			t.Errorf("the misconfiguration was logged %d times at build and %d times by requests; want only at build", built, n-built)
 		}
 	})
 

@@ -1,95 +1,69 @@
-// Package memory is an in-process tollgate.Store for services that run as a
-// single instance: GCRA buckets held in a sharded hash table whose lookups
-// and updates take no lock.
-//
-// Each bucket is one word, its theoretical arrival time, updated with a
-// compare-and-swap. Buckets that are full again are dropped in the background,
-// which changes no decision, and a hard cap on tracked keys bounds memory
-// against floods of made-up tenant IDs.
 package memory
 
 import (
 	"context"
-	"hash/maphash"
+	"encoding/binary"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 )
-
-// DefaultMaxKeys is the number of buckets a Store tracks unless WithMaxKeys
-// says otherwise. A bucket takes about 50 bytes plus its key's length (63
-// bytes for a 13-byte key; see docs/performance.md), so the default bounds a
-// Store to some 60 to 100 MB.
-const DefaultMaxKeys = 1_000_000
-
-// DefaultSweepInterval is how often a Store drops buckets that are full again
-// unless WithSweepInterval says otherwise.
-const DefaultSweepInterval = 30 * time.Second
-
-// An Option configures a Store.
-type Option func(*config)
-
-type config struct {
-	clock         func() time.Time
-	maxKeys       int
-	sweepInterval time.Duration
-}
-
-// WithClock makes the Store read its time from now instead of the monotonic
-// clock. It is meant for tests, with a clock that only moves when told.
-func WithClock(now func() time.Time) Option {
-	return func(c *config) { c.clock = now }
-}
-
-// WithMaxKeys caps the number of buckets the Store tracks (n >= 1). When a
-// new key arrives at the cap, buckets that are full again go first; if none
-// are, the buckets closest to full (those whose requests are oldest) are
-// evicted and counted in Stats().Evictions. An evicted key starts again from a
-// full bucket.
-func WithMaxKeys(n int) Option {
-	return func(c *config) {
-		if n >= 1 {
-			c.maxKeys = n
-		}
-	}
-}
-
-// WithSweepInterval sets how often a background goroutine drops the buckets
-// that are full again; d <= 0 turns the goroutine off, leaving sweeps to
-// happen only as tables grow.
-func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) { c.sweepInterval = d }
-}
 
 // A Store is an in-process tollgate.Store. It is safe for concurrent use.
 // Take neither allocates nor locks for a key it already tracks.
 //
 // A Store made by New runs a background sweeper; Close stops it, and it also
-// stops once the Store is no longer referenced.
+// stops once the Store is no longer referenced. The zero Store is not usable:
+// its Check and Take return an error.
 type Store struct {
-	b       *buckets
+	b       *buckets // nil when the Store is misconfigured or zero
+	err     error    // why b is nil, for a Store made by New
 	stopper *stopper
 }
 
-var _ tollgate.Store = (*Store)(nil)
+var (
+	_ tollgate.Store      = (*Store)(nil)
+	_ tollgate.TimedStore = (*Store)(nil)
+	_ tollgate.Checker    = (*Store)(nil)
+)
 
 // Stats are counters of a Store.
 type Stats struct {
-	Keys      int    // buckets tracked now
-	Evictions uint64 // buckets dropped before they were full, to honour the key cap
+	Keys int // buckets tracked now
+	// Evictions counts the buckets dropped before they were full, to
+	// honour the key cap. An evicted tenant starts again from a full
+	// bucket.
+	Evictions uint64
+	// DrainedEvictions counts those of Evictions that had two fifths or
+	// more of their burst spent, which includes every bucket at half or
+	// more: tenants being throttled, or close to it, whom an eviction
+	// hands a fresh burst. It stays 0 unless the cap is too small for the
+	// tenants that are being limited (see WithMaxKeys).
+	DrainedEvictions uint64
 }
 
-// New returns a Store configured by opts.
+// New returns a Store configured by opts. An invalid option does not stop
+// New: the Store's Check and Take return the error that names it.
 func New(opts ...Option) *Store {
 	cfg := config{maxKeys: DefaultMaxKeys, sweepInterval: DefaultSweepInterval}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			cfg.fail("memory: option %d of New is nil", i)
+			continue
+		}
 		o(&cfg)
 	}
+	s := &Store{stopper: &stopper{stop: make(chan struct{})}}
+	if cfg.err != nil {
+		s.err = cfg.err
+		return s
+	}
 	b := newBuckets(cfg)
-	s := &Store{b: b, stopper: &stopper{stop: make(chan struct{})}}
+	s.b = b
 	if cfg.sweepInterval > 0 {
 		go b.sweepEvery(cfg.sweepInterval, s.stopper.stop)
 		runtime.AddCleanup(s, func(st *stopper) { st.close() }, s.stopper)
@@ -97,16 +71,48 @@ func New(opts ...Option) *Store {
 	return s
 }
 
+var errZeroStore error = &optionError{"memory: Store not made by memory.New"}
+
+// Check reports whether the Store is usable: it returns the error of the
+// first invalid option given to New (naming it, and wrapping
+// tollgate.ErrMisconfigured), or nil. It does no I/O and ignores ctx. It
+// implements tollgate.Checker: tollgate.New calls it, so that a
+// misconfigured Store fails at start-up rather than on every request.
+func (s *Store) Check(context.Context) error {
+	if s.b != nil {
+		return nil
+	}
+	return s.unusable()
+}
+
+// unusable returns why a Store without buckets has none.
+func (s *Store) unusable() error {
+	if s.err != nil {
+		return s.err
+	}
+	return errZeroStore
+}
+
 // Take takes cost tokens from the bucket of key under limit. It implements
 // tollgate.Store; ctx is not used, as Take never waits.
 func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost int64) (tollgate.Result, error) {
-	if err := limit.Validate(); err != nil {
+	b := s.b
+	if b == nil {
+		return tollgate.Result{}, s.unusable()
+	}
+	r, err := newRule(limit, cost)
+	if err != nil {
 		return tollgate.Result{}, err
 	}
-	if err := limit.CheckCost(cost); err != nil {
-		return tollgate.Result{}, err
+	var k lookup
+	k.set(b.seed, key)
+	var now int64
+	if b.clock.test == nil { // clock.now, which is too large to be inlined
+		now = mono.since(b.clock.baseNano)
+	} else {
+		now = b.clock.now()
 	}
-	return s.b.takeAt(key, limit, cost, s.b.now()), nil
+	return b.decide(&k, &r, cost, now), nil
 }
 
 // TakeAt is Take at the time now, which must carry a monotonic clock
@@ -114,19 +120,23 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 // WithClock ignores now and reads its own clock. It implements
 // tollgate.TimedStore.
 func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost int64, now time.Time) (tollgate.Result, error) {
-	if err := limit.Validate(); err != nil {
-		return tollgate.Result{}, err
+	b := s.b
+	if b == nil {
+		return tollgate.Result{}, s.unusable()
 	}
-	if err := limit.CheckCost(cost); err != nil {
+	r, err := newRule(limit, cost)
+	if err != nil {
 		return tollgate.Result{}, err
 	}
 	var us int64
-	if s.b.clock != nil {
-		us = s.b.now()
+	if b.clock.test != nil {
+		us = b.clock.now()
 	} else {
-		us = now.Sub(s.b.base).Microseconds()
+		us = b.clock.at(now)
 	}
-	return s.b.takeAt(key, limit, cost, us), nil
+	var k lookup
+	k.set(b.seed, key)
+	return b.decide(&k, &r, cost, us), nil
 }
 
 // NonBlocking marks the Store as one whose Take never waits on I/O.
@@ -135,17 +145,25 @@ func (*Store) NonBlocking() {}
 // Sweep drops every bucket that is full again now and returns how many it
 // dropped. The background sweeper calls it; calling it changes no decision.
 func (s *Store) Sweep() int {
+	if s.b == nil {
+		return 0
+	}
 	return s.b.sweep()
 }
 
 // Stats returns the Store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Keys: s.b.len(), Evictions: s.b.evictions.Load()}
+	if s.b == nil {
+		return Stats{}
+	}
+	return Stats{Keys: s.b.len(), Evictions: s.b.evictions.Load(), DrainedEvictions: s.b.drained.Load()}
 }
 
 // Close stops the background sweeper. The Store keeps working.
 func (s *Store) Close() error {
-	s.stopper.close()
+	if s.stopper != nil {
+		s.stopper.close()
+	}
 	return nil
 }
 
@@ -161,84 +179,158 @@ func (s *stopper) close() { s.once.Do(func() { close(s.stop) }) }
 type buckets struct {
 	shards    []shard
 	shardMask uint64
-	shardCap  int
-	seed      maphash.Seed
-	base      time.Time
-	clock     func() time.Time
+	seed      uintptr // of the key hash, secret so that clients cannot aim keys at one slot
+	clock     clock
 	evictions atomic.Uint64
+	drained   atomic.Uint64
 }
 
-const maxShards = 256
+// Shards hold about shardKeys buckets at the cap, so that making room in
+// one (a pass over its table) stays short; there are at least minShards
+// for a cap large enough, so that the insert path rarely waits.
+const (
+	shardKeys = 4096
+	minShards = 256
+	maxShards = 1 << 16
+)
 
 func newBuckets(cfg config) *buckets {
-	// Enough shards that the insert path rarely waits, but no shard so
-	// small that uneven hashing wastes much of the key cap.
+	// No shard so small (under 64 keys) that uneven hashing wastes much
+	// of the key cap.
 	n := 1
-	for n < maxShards && n*2*64 <= cfg.maxKeys {
+	for n < maxShards && n*2*64 <= cfg.maxKeys && (n < minShards || n*shardKeys < cfg.maxKeys) {
 		n *= 2
 	}
 	b := &buckets{
 		shards:    make([]shard, n),
 		shardMask: uint64(n - 1),
-		shardCap:  (cfg.maxKeys + n - 1) / n,
-		seed:      maphash.MakeSeed(),
-		clock:     cfg.clock,
-	}
-	if b.clock != nil {
-		b.base = b.clock()
-	} else {
-		b.base = time.Now()
+		seed:      uintptr(rand.Uint64()),
+		clock:     newClock(cfg.clock),
 	}
 	for i := range b.shards {
-		b.shards[i].table.Store(newTable(minSlots))
+		sh := &b.shards[i]
+		// The caps add up to maxKeys exactly.
+		sh.cap = cfg.maxKeys / n
+		if i < cfg.maxKeys%n {
+			sh.cap++
+		}
+		sh.table.Store(newTable(minSlots))
 	}
 	return b
 }
 
-// now returns the store's time in microseconds, from the monotonic clock.
-func (b *buckets) now() int64 {
-	if b.clock != nil {
-		return b.clock().Sub(b.base).Microseconds()
-	}
-	return int64(time.Since(b.base) / time.Microsecond)
-}
-
-func (b *buckets) takeAt(key string, limit tollgate.Limit, cost int64, now int64) tollgate.Result {
-	k := b.makeKey(key)
+// decide takes cost tokens at now from the bucket of k under r: one
+// decision, whichever entry point it came through. The path of a tracked
+// bucket is written out in full (table.find, table.holds and takeFrom, as
+// the slow path calls them): the calls cost a sixth of a Take.
+func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
 	sh := &b.shards[k.hash&b.shardMask]
-	if sl := sh.table.Load().find(k); sl != nil {
-		if r, ok := takeFrom(sl, now, limit, cost); ok {
-			return r
+	t := sh.table.Load()
+	slots := t.slots
+	n := len(slots)
+	i := t.home(k.meta)
+	for range n {
+		sl := &slots[i]
+		m := sl.meta.Load()
+		if m&^refMask == k.meta {
+			var same bool // t.holds(m, k)
+			if l := m >> lengthShift & lengthMask; l-8 <= 8 {
+				p := t.bytes(m)
+				same = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8)) == k.short[0] &&
+					binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, l-8)), 8)) == k.short[1]
+			} else {
+				same = t.key(m) == k.stored()
+			}
+			if same {
+				for { // takeFrom(sl, r, cost, now) and r.take
+					w := sl.word.Load()
+					if w < 0 {
+						break // dropped or moved: look again under the lock
+					}
+					debt := max(w&tatMask-now, 0)
+					ahead := debt + cost*r.interval
+					if ahead > r.tolerance {
+						if w&throttledBit == 0 {
+							// Losing this race changes no decision:
+							// the flag only ranks buckets for eviction.
+							sl.word.CompareAndSwap(w, w|throttledBit)
+						}
+						return r.denial(debt, ahead)
+					}
+					if sl.word.CompareAndSwap(w, r.scale|(now+ahead)) {
+						return tollgate.Result{
+							Allowed:    true,
+							Remaining:  (r.tolerance - ahead) / r.interval,
+							ResetAfter: time.Duration(ahead) * time.Microsecond,
+						}
+					}
+				}
+				break
+			}
+		} else if m == 0 {
+			break
+		}
+		if i++; i == n {
+			i = 0
 		}
 	}
-	return sh.takeLocked(b, k, now, limit, cost)
+	return sh.takeLocked(b, k, r, cost, now)
 }
 
-// takeFrom applies one GCRA decision to a tracked bucket. It reports false
-// when the bucket was dropped or moved meanwhile, and the caller must look
-// again under the shard's lock.
-func takeFrom(sl *slot, now int64, limit tollgate.Limit, cost int64) (tollgate.Result, bool) {
+// takeFrom applies one decision to a tracked bucket. It reports false when
+// the bucket was dropped or moved meanwhile, and the caller must look again
+// under the shard's lock.
+func takeFrom(sl *slot, r *rule, cost, now int64) (tollgate.Result, bool) {
 	for {
-		tat := sl.tat.Load()
-		if tat <= lastMarker {
+		w := sl.word.Load()
+		if w < 0 {
 			return tollgate.Result{}, false
 		}
-		newTAT, r := tollgate.GCRA(tat, now, limit, cost)
-		if !r.Allowed || sl.tat.CompareAndSwap(tat, newTAT) {
-			return r, true
+		next, res := r.take(w, now, cost)
+		if next == w {
+			return res, true // denied, and already flagged
+		}
+		// A denial that loses the race to set the flag decides as it is:
+		// the flag only ranks buckets for eviction.
+		if sl.word.CompareAndSwap(w, next) || !res.Allowed {
+			return res, true
 		}
 	}
+}
+
+// takeLocked is the slow path of decide: it looks again under the lock and
+// adds the bucket if it is still missing, making room first at the cap.
+func (sh *shard) takeLocked(b *buckets, k *lookup, r *rule, cost, now int64) tollgate.Result {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.table.Load()
+	if sl := t.find(k); sl != nil {
+		// With the lock held no slot can be dropped or moved.
+		res, _ := takeFrom(sl, r, cost, now)
+		return res
+	}
+	w, res := r.take(0, now, cost)
+	for sh.live >= sh.cap {
+		evicted, drained := sh.reclaim(now)
+		b.evictions.Add(uint64(evicted))
+		b.drained.Add(uint64(drained))
+	}
+	if (sh.used+1)*4 > len(t.slots)*3 {
+		t = sh.rebuild(now)
+	}
+	sh.add(t, k.stored(), k.meta, w)
+	return res
 }
 
 func (b *buckets) sweep() int {
-	now := b.now()
+	now := b.clock.now()
 	dropped := 0
 	for i := range b.shards {
 		sh := &b.shards[i]
 		sh.mu.Lock()
 		dropped += sh.dropFull(now)
 		if sh.used > 2*sh.live+minSlots {
-			sh.rebuild(b.seed, now)
+			sh.rebuild(now)
 		}
 		sh.mu.Unlock()
 	}

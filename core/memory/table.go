@@ -2,89 +2,139 @@ package memory
 
 import (
 	"crypto/sha256"
-	"hash/maphash"
-	"math"
-	"slices"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	tollgate "github.com/tollgate-go/tollgate/core"
 )
 
-// A table is an open-addressing hash table with linear probing. Readers
-// search it without a lock; the shard's mutex serialises every writer that
-// adds, drops or moves a slot. Slots are never reused within a table: a
-// dropped slot stays in place, marked dead, until the next rebuild.
+// A table is an open-addressing hash table with linear probing, and the
+// arena that holds its keys' bytes. Readers search it without a lock; the
+// shard's mutex serialises every writer that adds, drops or moves a slot.
+// Slots are never reused within a table: a dropped slot stays in place,
+// marked dead, until the next rebuild, which copies the live buckets and
+// their keys into a new table.
+//
+// Slots hold no pointers, so the garbage collector does not scan them: a
+// slot finds its key's bytes through a reference into the arena.
 type table struct {
-	slots []slot
+	slots  []slot
+	chunks []*byte // chunk i of the arena, chunkSize(i) bytes; nil until used
+	fill   uint64  // the arena reference of the next free byte; guarded by the shard's mutex
 }
 
 // A slot is one bucket. meta is written last when a slot is filled, so a
-// reader that sees a non-zero meta also sees data and tat.
+// reader that sees a non-zero meta also sees word and the key's bytes.
+//
+// meta holds, from the top bit down:
+//
+//	bits 63..40  tag: 24 bits of the key's hash, the lowest set; it also
+//	             gives the slot's home, so rebuilding hashes nothing
+//	bit  39      the stored bytes are the key's SHA-256 (a key longer
+//	             than maxInlineKey), not the key
+//	bits 38..32  the stored bytes' length, at most 64
+//	bits 31..28  zero: room to tell apart the buckets of several limits of
+//	             one tenant, which would share its stored bytes and hash
+//	bits 27..0   the bytes' reference in the arena: chunk<<14 | offset
 type slot struct {
-	tat  atomic.Int64   // theoretical arrival time in µs, or a marker below
-	meta atomic.Uint64  // 0: empty; else tag<<32 | digest flag | length
-	data unsafe.Pointer // the key's bytes, in the shard's arena; immutable
+	word atomic.Int64 // the bucket's state (see gcra.go), or a marker
+	meta atomic.Uint64
 }
 
 const (
-	// deadTAT marks a dropped bucket; movedTAT one copied to a newer table.
-	// Both are terminal for the slot, so compare-and-swap never sees ABA.
-	deadTAT    = math.MinInt64
-	movedTAT   = math.MinInt64 + 1
-	lastMarker = movedTAT
+	tagShift    = 40
+	digestFlag  = 1 << 39
+	lengthShift = 32
+	lengthMask  = 1<<7 - 1
+	refMask     = 1<<28 - 1
+	offsetBits  = 14 // chunks are at most 16 KiB
 
 	// Keys longer than maxInlineKey are stored as their SHA-256, which
-	// bounds the memory of one key; a flag in meta keeps a digest from
-	// ever equalling a short key of the same bytes.
+	// bounds the memory of one key; the flag keeps a digest from ever
+	// equalling a short key of the same bytes.
 	maxInlineKey = 64
-	digestFlag   = 1 << 31
 
 	minSlots = 8
 )
 
-// A key is a lookup key: the bytes stored for it and their hashes.
-type key struct {
-	stored string
+// chunkSize is the size of chunk i of an arena: small tables get small
+// chunks, and every chunk from the seventh on is 16 KiB.
+func chunkSize(i int) int { return 256 << min(i, offsetBits-8) }
+
+// A lookup is a key ready to look up: the bytes stored for it, its hash and
+// the meta its slot holds (with a zero reference). It is computed once per
+// decision.
+type lookup struct {
+	given  string    // the key as given, when it is stored as it is
+	short  [2]uint64 // the first and last 8 bytes of a key of 8 to 16 bytes
+	digest [32]byte  // its SHA-256 when it is longer than maxInlineKey
 	hash   uint64
 	meta   uint64
 }
 
-func (b *buckets) makeKey(s string) key {
+// memhash is the runtime's hash of byte strings, the one maps use (AES
+// based where the CPU has it), without the wrappers of hash/maphash, which
+// cost as much again as the hash of a short key. The runtime keeps this
+// symbol open to packages outside the standard library (go.dev/issue/67401).
+//
+//go:noescape
+//go:linkname memhash runtime.memhash
+func memhash(p unsafe.Pointer, seed, length uintptr) uintptr
+
+// set makes k the lookup of s under the hash seed.
+func (k *lookup) set(seed uintptr, s string) {
 	flag := uint64(0)
-	if len(s) > maxInlineKey {
-		sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
-		s = string(sum[:])
+	p := unsafe.Pointer(unsafe.StringData(s))
+	n := len(s)
+	if n > maxInlineKey {
+		k.digest = sha256.Sum256(unsafe.Slice((*byte)(p), n))
+		p, n = unsafe.Pointer(&k.digest), len(k.digest)
 		flag = digestFlag
+	} else {
+		k.given = s
+		if n >= 8 && n <= 16 {
+			k.short[0] = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8))
+			k.short[1] = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, n-8)), 8))
+		}
 	}
-	h := maphash.String(b.seed, s)
-	// The tag comes from other bits than the shard and the slot index do,
-	// so that it still tells keys apart within one probe sequence.
-	tag := uint32((h*0x9e3779b97f4a7c15)>>32) | 1
-	return key{stored: s, hash: h, meta: uint64(tag)<<32 | flag | uint64(len(s))}
+	k.hash = uint64(memhash(p, seed, uintptr(n)))
+	// The tag takes the hash's top bits; the shard takes its bottom ones.
+	k.meta = (k.hash>>tagShift|1)<<tagShift | flag | uint64(n)<<lengthShift
 }
 
+// stored returns the bytes the table keeps for k. (A string into k.digest
+// kept in k would make every lookup escape to the heap.)
+func (k *lookup) stored() string {
+	if k.meta&digestFlag != 0 {
+		return unsafe.String(&k.digest[0], len(k.digest))
+	}
+	return k.given
+}
+
+// newTable returns a table of n slots whose arena has room for the keys of
+// the most slots it will fill, three quarters, at the longest stored key.
 func newTable(n int) *table {
-	return &table{slots: make([]slot, n)}
+	full := 3*n/4 + 1
+	chunks := offsetBits - 8 + 1 + (full*maxInlineKey)/(1<<offsetBits-maxInlineKey) + 1
+	return &table{slots: make([]slot, n), chunks: make([]*byte, chunks)}
 }
 
-// home returns the first slot of h's probe sequence.
-func (t *table) home(h uint64) int {
-	return int((h >> 32) * uint64(len(t.slots)) >> 32)
+// home returns the first slot of the probe sequence of a key with meta m.
+func (t *table) home(m uint64) int {
+	return int((m >> tagShift) * uint64(len(t.slots)) >> (64 - tagShift))
 }
 
 // find returns the live slot of k, or nil. It takes no lock.
-func (t *table) find(k key) *slot {
+func (t *table) find(k *lookup) *slot {
 	n := len(t.slots)
-	i := t.home(k.hash)
+	i := t.home(k.meta)
 	for range n {
 		sl := &t.slots[i]
 		m := sl.meta.Load()
 		if m == 0 {
 			return nil
 		}
-		if m == k.meta && sl.key(m) == k.stored && sl.tat.Load() != deadTAT {
+		if m&^refMask == k.meta && t.holds(m, k) && sl.word.Load() != deadWord {
 			return sl
 		}
 		if i++; i == n {
@@ -94,8 +144,68 @@ func (t *table) find(k key) *slot {
 	return nil
 }
 
-func (sl *slot) key(meta uint64) string {
-	return unsafe.String((*byte)(sl.data), int(meta&(digestFlag-1)))
+// holds reports whether the slot whose meta is m, equal to k.meta but for
+// the reference, holds k's bytes. Keys of 8 to 16 bytes, the usual tenant
+// IDs, are compared as two words (overlapping for less than 16 bytes)
+// rather than by a call.
+func (t *table) holds(m uint64, k *lookup) bool {
+	if n := m >> lengthShift & lengthMask; n-8 <= 8 {
+		p := t.bytes(m)
+		return binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8)) == k.short[0] &&
+			binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, n-8)), 8)) == k.short[1]
+	}
+	return t.key(m) == k.stored()
+}
+
+// bytes returns the address of the stored bytes of the slot whose meta is m.
+func (t *table) bytes(m uint64) unsafe.Pointer {
+	ref := m & refMask
+	return unsafe.Add(unsafe.Pointer(t.chunks[ref>>offsetBits]), ref&(1<<offsetBits-1))
+}
+
+// key returns the stored bytes of the slot whose meta is m.
+func (t *table) key(m uint64) string {
+	n := int(m >> lengthShift & lengthMask)
+	if n == 0 {
+		return ""
+	}
+	return unsafe.String((*byte)(t.bytes(m)), n)
+}
+
+// insert fills the first empty slot of the probe sequence of a key with
+// meta m (whose reference is ignored) and the stored bytes s; the shard's
+// mutex is held.
+func (t *table) insert(s string, m uint64, w int64) {
+	n := len(t.slots)
+	i := t.home(m)
+	for t.slots[i].meta.Load() != 0 {
+		if i++; i == n {
+			i = 0
+		}
+	}
+	sl := &t.slots[i]
+	sl.word.Store(w)
+	sl.meta.Store(m&^refMask | t.copyKey(s))
+}
+
+// copyKey copies s into the arena and returns its reference; the shard's
+// mutex is held.
+func (t *table) copyKey(s string) uint64 {
+	if len(s) == 0 {
+		return 0
+	}
+	c, off := int(t.fill>>offsetBits), int(t.fill&(1<<offsetBits-1))
+	if t.chunks[c] == nil || off+len(s) > chunkSize(c) {
+		if t.chunks[c] != nil {
+			c++
+		}
+		t.chunks[c] = unsafe.SliceData(make([]byte, chunkSize(c)))
+		off = 0
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(t.chunks[c]), off)), len(s)), s)
+	ref := uint64(c)<<offsetBits | uint64(off)
+	t.fill = ref + uint64(len(s))
+	return ref
 }
 
 // A shard is a table and the state of its writers. It is padded so that the
@@ -103,68 +213,17 @@ func (sl *slot) key(meta uint64) string {
 type shard struct {
 	mu    sync.Mutex
 	table atomic.Pointer[table]
-	live  int    // slots holding a bucket; guarded by mu
-	used  int    // slots filled since the table was built, live or dead; guarded by mu
-	arena []byte // the chunk new keys are copied into; guarded by mu
+	cap   int // most buckets the shard may hold; immutable
+	live  int // slots holding a bucket; guarded by mu
+	used  int // slots filled since the table was built, live or dead; guarded by mu
 	_     [64]byte
 }
 
-const maxChunk = 16 << 10
-
-// takeLocked is the slow path of take: it looks again under the lock and adds
-// the bucket if it is still missing.
-func (sh *shard) takeLocked(b *buckets, k key, now int64, limit tollgate.Limit, cost int64) tollgate.Result {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	t := sh.table.Load()
-	if sl := t.find(k); sl != nil {
-		// With the lock held no slot can be dropped or moved.
-		r, _ := takeFrom(sl, now, limit, cost)
-		return r
-	}
-	newTAT, r := tollgate.GCRA(now, now, limit, cost)
-	if sh.live >= b.shardCap {
-		sh.dropFull(now)
-		if sh.live >= b.shardCap {
-			b.evictions.Add(uint64(sh.evictOldest(b.shardCap)))
-		}
-	}
-	if (sh.used+1)*4 > len(t.slots)*3 {
-		t = sh.rebuild(b.seed, now)
-	}
-	sh.insert(t, k.stored, k.hash, k.meta, newTAT)
-	return r
-}
-
-// insert fills the first empty slot of the probe sequence of h.
-func (sh *shard) insert(t *table, stored string, h, meta uint64, tat int64) {
-	n := len(t.slots)
-	i := t.home(h)
-	for t.slots[i].meta.Load() != 0 {
-		if i++; i == n {
-			i = 0
-		}
-	}
-	sl := &t.slots[i]
-	sl.data = sh.copyKey(stored)
-	sl.tat.Store(tat)
-	sl.meta.Store(meta)
+// add inserts a new bucket into t, the shard's table; mu is held.
+func (sh *shard) add(t *table, s string, m uint64, w int64) {
+	t.insert(s, m, w)
 	sh.live++
 	sh.used++
-}
-
-// copyKey copies a key into the arena; many keys share one allocation.
-func (sh *shard) copyKey(s string) unsafe.Pointer {
-	if len(s) == 0 {
-		return nil
-	}
-	if cap(sh.arena)-len(sh.arena) < len(s) {
-		size := min(max(2*cap(sh.arena), 256), maxChunk)
-		sh.arena = make([]byte, 0, size)
-	}
-	start := len(sh.arena)
-	sh.arena = append(sh.arena, s...)
-	return unsafe.Pointer(&sh.arena[start])
 }
 
 // dropFull marks dead every bucket that is full at now and returns how many.
@@ -179,7 +238,7 @@ func (sh *shard) dropFull(now int64) int {
 		// A Take racing with this either lands first, and the bucket
 		// is no longer full, or finds the slot dead and starts afresh
 		// from the full bucket it was.
-		if tat := sl.tat.Load(); tat > lastMarker && tat <= now && sl.tat.CompareAndSwap(tat, deadTAT) {
+		if w := sl.word.Load(); w >= 0 && w&tatMask <= now && sl.word.CompareAndSwap(w, deadWord) {
 			dropped++
 		}
 	}
@@ -187,50 +246,12 @@ func (sh *shard) dropFull(now int64) int {
 	return dropped
 }
 
-// evictOldest drops about a sixteenth of the shard's buckets, those with the
-// earliest arrival times: the closest to full, so the least is forgotten.
-func (sh *shard) evictOldest(capacity int) int {
-	t := sh.table.Load()
-	tats := make([]int64, 0, sh.live)
-	for i := range t.slots {
-		if tat := t.slots[i].tat.Load(); t.slots[i].meta.Load() != 0 && tat > lastMarker {
-			tats = append(tats, tat)
-		}
-	}
-	if len(tats) == 0 {
-		return 0
-	}
-	slices.Sort(tats)
-	want := max(1, capacity/16)
-	threshold := tats[min(want, len(tats))-1]
-	evicted := 0
-	for i := range t.slots {
-		sl := &t.slots[i]
-		if evicted == want || sl.meta.Load() == 0 {
-			continue
-		}
-		for {
-			tat := sl.tat.Load()
-			if tat <= lastMarker || tat > threshold {
-				break
-			}
-			if sl.tat.CompareAndSwap(tat, deadTAT) {
-				evicted++
-				break
-			}
-		}
-	}
-	sh.live -= evicted
-	return evicted
-}
-
 // rebuild moves the live, not yet full buckets into a new table sized for
 // them, with a fresh arena, and publishes it. Buckets full at now are left
 // behind, which is also how growth sweeps.
-func (sh *shard) rebuild(seed maphash.Seed, now int64) *table {
+func (sh *shard) rebuild(now int64) *table {
 	old := sh.table.Load()
 	next := newTable(max(minSlots, 2*(sh.live+1)))
-	sh.arena = nil
 	sh.live, sh.used = 0, 0
 	for i := range old.slots {
 		sl := &old.slots[i]
@@ -241,12 +262,11 @@ func (sh *shard) rebuild(seed maphash.Seed, now int64) *table {
 		// Swapping in the marker hands the bucket over atomically: a
 		// racing Take either lands before and is copied, or fails and
 		// looks again in the new table under the lock.
-		tat := sl.tat.Swap(movedTAT)
-		if tat <= lastMarker || tat <= now {
+		w := sl.word.Swap(movedWord)
+		if w < 0 || w&tatMask <= now {
 			continue
 		}
-		stored := sl.key(m)
-		sh.insert(next, stored, maphash.String(seed, stored), m, tat)
+		sh.add(next, old.key(m), m, w)
 	}
 	sh.table.Store(next)
 	return next

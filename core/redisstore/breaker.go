@@ -21,6 +21,7 @@ type breaker struct {
 
 	mu       sync.Mutex
 	deadline int64 // open: until when; probing: when the probe counts as lost
+	counted  int64 // when the latest failure was counted
 }
 
 const (
@@ -62,13 +63,22 @@ func (b *breaker) success() {
 	b.mu.Unlock()
 }
 
-// failure records a round trip that failed or timed out at now.
-func (b *breaker) failure(now int64) {
+// failure records, at now, a round trip sent at sent that failed or missed
+// a caller's deadline. Round trips that were already in flight when the
+// previous failure was counted add nothing: a stall that makes every round
+// trip in flight late at once (a pause of the client's own machine, a
+// hiccup) is one failure, not as many as there were round trips, while a
+// Redis that stays silent fails round trip after round trip.
+func (b *breaker) failure(now, sent int64) {
 	if b.threshold < 1 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if sent < b.counted && b.state.Load() != breakerProbing {
+		return
+	}
+	b.counted = now
 	n := b.failures.Add(1)
 	if b.state.Load() == breakerProbing || n >= b.threshold {
 		b.state.Store(breakerOpen)

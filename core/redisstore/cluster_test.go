@@ -19,6 +19,7 @@ func TestCluster(t *testing.T) {
 	// The kit without the denial cache, so every decision is the script's
 	// on its slot's node.
 	t.Run("conformance", func(t *testing.T) { runConformance(t, client, redisstore.WithDenialCache(0)) })
+	t.Run("ops", func(t *testing.T) { runOps(t, client, redisstore.WithDenialCache(0)) })
 	t.Run("many tenants", func(t *testing.T) { runManyTenants(t, client) })
 	t.Run("accuracy", func(t *testing.T) {
 		var clients []redis.UniversalClient

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -19,7 +18,6 @@ func runConformance(t *testing.T, client redis.UniversalClient, opts ...redissto
 		o := append([]redisstore.Option{
 			redisstore.WithPrefix(prefix),
 			redisstore.WithTestClock(clock.Now),
-			redisstore.WithTimeout(5 * time.Second),
 		}, opts...)
 		s, err := redisstore.New(client, o...)
 		if err != nil {
@@ -46,4 +44,33 @@ func TestConformance(t *testing.T) {
 	t.Run("one key per call", func(t *testing.T) {
 		runConformance(t, otherClient{client}, redisstore.WithDenialCache(0))
 	})
+}
+
+// runOps runs the kit's Op checks against Stores over client, with the
+// kit's clock passed to the script.
+func runOps(t *testing.T, client redis.UniversalClient, opts ...redisstore.Option) {
+	prefix := testPrefix(t)
+	storetest.RunOps(t, func(t *testing.T, clock *storetest.Clock) tollgate.MultiStore {
+		o := append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithTestClock(clock.Now)}, opts...)
+		return newStore(t, client, o...)
+	})
+}
+
+func TestOps(t *testing.T) {
+	client := newClient(t)
+	t.Run("default", func(t *testing.T) { runOps(t, client) })
+	t.Run("no denial cache", func(t *testing.T) { runOps(t, client, redisstore.WithDenialCache(0)) })
+	t.Run("one Op per call", func(t *testing.T) { runOps(t, otherClient{client}, redisstore.WithDenialCache(0)) })
+}
+
+// TestOpsFourStores runs the kit's concurrency checks with 64 goroutines
+// spread over four Stores, each with a client of its own, on one Redis.
+func TestOpsFourStores(t *testing.T) {
+	prefix := testPrefix(t)
+	clock := storetest.NewClock()
+	var stores []tollgate.MultiStore
+	for range 4 {
+		stores = append(stores, newStore(t, newClient(t), redisstore.WithPrefix(prefix), redisstore.WithTestClock(clock.Now)))
+	}
+	storetest.RunOpsConcurrency(t, stores, clock)
 }

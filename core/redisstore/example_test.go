@@ -4,23 +4,23 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{
-		Addr: "127.0.0.1:6379",
+		Addr: mainRedis, // host:port, such as 127.0.0.1:6379
 		// Lets a Take that finds the store idle make its own round trip.
 		ContextTimeoutEnabled: true,
 	})
 	defer rdb.Close()
-	// A prefix of its own keeps this example's buckets apart from earlier runs.
-	store, err := redisstore.New(rdb, redisstore.WithPrefix(fmt.Sprintf("example:%d:", time.Now().UnixNano())))
+	// A prefix of its own keeps this example's buckets apart from other runs'.
+	store, err := redisstore.New(rdb, redisstore.WithPrefix(testredis.KeyPrefix("ExampleNew")))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -27,3 +27,10 @@ func (s *Store) CachedDenials() int { return s.cache.len() }
 
 // MaxRawKey is the longest key used as it is.
 const MaxRawKey = maxRawKey
+
+// PrefixOf returns the prefix of s's keys.
+func PrefixOf(s *Store) string { return s.prefix }
+
+// Listening reports whether s's denial cache listens for resets, and so
+// answers.
+func Listening(s *Store) bool { return s.sub.confirmed.Load() }

@@ -3,18 +3,30 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"strings"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
-// mainRedis is the Redis that CI guarantees; these tests never skip
-// without it.
-const mainRedis = "127.0.0.1:6379"
+// mainRedis is the Redis these tests share: a throwaway redis-server of
+// this package's own, or the one TOLLGATE_TEST_REDIS names (testredis).
+// TestMain sets it; tests keep their keys under testPrefix.
+var mainRedis string
+
+func TestMain(m *testing.M) {
+	addr, err := testredis.SharedAddr()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	mainRedis = addr
+	os.Exit(testredis.Run(m))
+}
 
 func newClient(t testing.TB) *redis.Client {
 	t.Helper()
@@ -23,16 +35,14 @@ func newClient(t testing.TB) *redis.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		t.Fatalf("these tests need Redis on %s (.ci/run starts one): %v", mainRedis, err)
+		t.Fatalf("the shared Redis on %s does not answer: %v", mainRedis, err)
 	}
 	return c
 }
 
-// testPrefix returns a key prefix that no other test or run shares.
-func testPrefix(t testing.TB) string {
-	name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
-	return fmt.Sprintf("tollgate-test:%d:%s:", time.Now().UnixNano(), name)
-}
+// testPrefix returns a key prefix that no other test or run shares; the
+// keys under it are deleted from mainRedis when the test ends.
+func testPrefix(t testing.TB) string { return testredis.Prefix(t) }
 
 // otherClient hides the concrete client type, so the Store sends one key per
 // script call, as it does for a Ring or any wrapper.
@@ -74,6 +84,7 @@ func scanKeys(t testing.TB, c redis.UniversalClient, prefix string) []string {
 // A countHook counts the script calls a client sends, alone or in
 // pipelines, and the round trips that carry them.
 type countHook struct {
+	decisions  atomic.Int64 // EVALSHA commands: the decisions' script
 	scripts    atomic.Int64 // EVALSHA and EVAL commands
 	evals      atomic.Int64 // EVAL commands (the script cache was empty)
 	roundTrips atomic.Int64
@@ -84,6 +95,7 @@ func (h *countHook) count(cmds ...redis.Cmder) {
 		switch c.Name() {
 		case "evalsha":
 			h.scripts.Add(1)
+			h.decisions.Add(1)
 		case "eval":
 			h.scripts.Add(1)
 			h.evals.Add(1)
@@ -109,17 +121,51 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// newStore returns a Store over client. Its timeout is 5s unless opts say
-// otherwise: the tests that are not about timeouts must not fail because a
-// shared machine stalls for 50ms.
+// newStore returns a Store over client, and deletes every key under its
+// prefix when the test ends.
 func newStore(t testing.TB, client redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(client, append([]redisstore.Option{redisstore.WithTimeout(5 * time.Second)}, opts...)...)
+	s, err := redisstore.New(client, append([]redisstore.Option{redisstore.WithLogger(nil)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cleanPrefix(t, client, redisstore.PrefixOf(s))
 	return s
 }
+
+// cleanPrefix deletes every key under prefix when the test ends.
+func cleanPrefix(t testing.TB, client redis.UniversalClient, prefix string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		del := func(ctx context.Context, c *redis.Client) error {
+			it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for it.Next(ctx) {
+				c.Del(ctx, it.Val())
+			}
+			return it.Err()
+		}
+		switch c := client.(type) {
+		case *redis.ClusterClient:
+			_ = c.ForEachMaster(ctx, del)
+		case *redis.Client:
+			_ = del(ctx, c)
+		case otherClient:
+			if c, ok := c.UniversalClient.(*redis.Client); ok {
+				_ = del(ctx, c)
+			}
+		}
+	})
+}
+
+// patient is a context whose deadline is always five seconds away: the
+// tests that are not about timeouts must not fail because a shared machine
+// stalls for 50ms, the Store's default timeout.
+type patient struct{ context.Context }
+
+func (patient) Deadline() (time.Time, bool) { return time.Now().Add(5 * time.Second), true }
+
+var bg context.Context = patient{context.Background()}
 
 // quietLogger drops go-redis's log lines: the failure tests make it log
 // every refused connection.
@@ -163,4 +209,17 @@ func (p *jitterProbe) Stop() time.Duration {
 	close(p.stop)
 	<-p.done
 	return time.Duration(p.worst.Load())
+}
+
+// waitListening waits until s listens for resets, so that its denial cache
+// answers.
+func waitListening(t testing.TB, s *redisstore.Store) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !redisstore.Listening(s) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Store did not subscribe to resets within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -74,7 +74,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	client := newClient(t)
 	bad := map[string][]redisstore.Option{
 		"brace in prefix":  {redisstore.WithPrefix("app{1}:")},
-		"zero timeout":     {redisstore.WithTimeout(0)},
 		"negative backoff": {redisstore.WithCircuitBreaker(3, -1)},
 		"negative cache":   {redisstore.WithDenialCache(-1)},
 	}

@@ -7,40 +7,56 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
-	tollgate "github.com/tollgate-go/tollgate/core"
 )
 
-// gcraScript is tollgate.GCRA in Lua, over a batch of buckets in one atomic
-// call. The bucket of KEYS[i] is its theoretical arrival time (TAT), in
-// microseconds since the Unix epoch on the Redis server's clock; a missing key
-// is a full bucket.
+// opScript runs a batch of Ops, each atomically over its rules, in one
+// atomic script call. Each Op is tollgate.GCRA for its token buckets and a
+// counter per calendar period for its quotas, transcribed in integer
+// arithmetic.
 //
-// ARGV[1] is the time in microseconds, or "" for the server's TIME. Tests
-// pass their own clock, which does not run with the server's, so their keys
-// get ten more minutes to live lest they expire before the test's time has
-// reached the end of their TTL. ARGV[2i] and ARGV[2i+1] are the tolerance (Burst x
-// token interval) and the need (cost x token interval) of KEYS[i], integers
-// computed in Go, so the script only adds, subtracts and compares integers
-// below 2^53, which Lua's doubles hold exactly.
+// ARGV[1] is the time in microseconds, or "" for the server's TIME; ARGV[2]
+// the channel on which resets and cancels are announced, with the Op's first
+// key, so that every replica drops what its denial cache knows of the
+// tenant. Tests pass their own clock, which does not run with the server's,
+// so their keys get ten more minutes to live lest they expire before the
+// test's time has reached the end of their TTL. Then, for each Op: a header,
+// kind + 8 x rules, where kind is 0 take, 1 inspect, 2 reset, 3 cancel, and
+// 4 more for a take or inspect with a MaxDelay (in microseconds, the next
+// argument); and for each rule either
 //
-// For each key the reply holds rel, how far the TAT was ahead of now before
-// the request (0 for a full bucket): rel when allowed, -rel-1 when denied.
-// The caller derives the whole Result from it with tollgate.GCRA. An allowed
-// request stores the new TAT with a TTL that ends when the bucket is full
-// again: rounded up to the millisecond, plus one because Redis counts the TTL
-// from its clock truncated to the millisecond, so the key never expires
-// before the bucket is full and lives at most 2ms longer. A denied request
+//	tolerance, need [, mark]               a token bucket: one key
+//	-tokens, cost, b0, b1, b2 [, mark]     a quota: two keys
+//
+// with the mark for a cancel only. tolerance is Burst x token interval and
+// need cost x token interval, integers computed in Go, so the script only
+// adds, subtracts and compares integers below 2^53, which Lua's doubles hold
+// exactly. A bucket's key holds its theoretical arrival time (TAT) in
+// microseconds since the Unix epoch; a missing key is a full bucket. A
+// quota's keys are those of the periods [b0, b1) and [b1, b2), computed in
+// Go around its own clock; the period that holds the server's now is used,
+// so boundaries are decided on Redis's clock. A quota key holds the tokens
+// used in its period and expires when the period ends.
+//
+// Keys are isolated: a key of another type fails its own Op only (nothing
+// written for that Op), and a string that is not a valid state (garbage, a
+// negative number, a TAT further ahead than twice tollgate.MaxWindow) is
+// read as a full bucket or an unused quota, repaired by the Op's writes, and
+// reported.
+//
+// The reply is flat: the server's now, then for each Op a code and one
+// number per rule. The code is 1 (granted and written) or 0 (denied, or
+// nothing to do) plus 4 x a bit mask of the rules whose state was repaired;
+// or -r when the key of rule r has another type, -1000-r when the clock is
+// outside rule r's periods. A bucket's number is rel, how far its TAT was
+// ahead of now (0 for a full bucket); a quota's is 2 x the tokens used in
+// the period + which of the two periods (0 or 1). Take and inspect report
+// the state before the request, cancel the state after it. A denied Op
 // writes nothing.
-// Repeated keys are handled in order, each seeing the previous one's effect.
-//
-// Numbers go to redis.call as they are: Redis writes a Lua number with all
-// the digits of an integer below 2^53 (as "%.17g" before 7.0, as the shortest
-// exact form since), which is cheaper than string.format on every key.
 //
 // TIME is non-deterministic, so the script must be replicated by its
 // effects; that is the only mode of Redis 7, and replicate_commands asks for
 // it on Redis 3.2 to 6.
-const gcraScript = `
+const opScript = `
 local now = tonumber(ARGV[1])
 local slack = 0
 if now then
@@ -50,32 +66,194 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local out = {}
-for i = 1, #KEYS do
-  local tolerance = tonumber(ARGV[2 * i])
-  local need = tonumber(ARGV[2 * i + 1])
-  local rel = 0
-  local tat = tonumber(redis.call('GET', KEYS[i]))
-  if tat and tat > now then
-    rel = tat - now
+local channel = ARGV[2]
+local maxTAT = now + 6307200000000000
+local out = {now}
+local k, a, n = 1, 3, 1
+local typ, key, keyA, keyB, tol, need, mark, st, fix, endAt = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+
+local function read(rk, limit)
+  local v = redis.pcall('GET', rk)
+  if not v then return 0, false end
+  if type(v) == 'table' then return nil, false end
+  local x = tonumber(v)
+  if not x or x ~= x or x < 0 or x > limit or x % 1 ~= 0 then return 0, true end
+  return x, false
+end
+
+local nargs = #ARGV
+while a <= nargs do
+  local h = tonumber(ARGV[a])
+  local kind, maxDelay = h % 8, 0
+  local nr = (h - kind) / 8
+  a = a + 1
+  if kind >= 4 then
+    kind = kind - 4
+    maxDelay = tonumber(ARGV[a])
+    a = a + 1
   end
-  if need > tolerance - rel then
-    out[i] = -rel - 1
+  local base = n + 1
+  local first = KEYS[k]
+  n = base
+  local code, repaired, bit = 1, 0, 1
+  local allowed, act, anyBucket = true, 0, false
+  for r = 1, nr do
+    local tl = tonumber(ARGV[a])
+    fix[r] = false
+    if tl >= 0 then
+      typ[r] = 1
+      local nd, mk = tonumber(ARGV[a + 1]), 0
+      a = a + 2
+      if kind == 3 then
+        mk = tonumber(ARGV[a])
+        a = a + 1
+      end
+      local rk = KEYS[k]
+      k = k + 1
+      local tat, bad = read(rk, maxTAT)
+      if not tat then
+        if code == 1 then code = -r end
+        tat = 0
+      elseif bad then
+        repaired = repaired + bit
+        fix[r] = true
+      end
+      local rel = 0
+      if tat > now then rel = tat - now end
+      key[r], tol[r], need[r], mark[r], st[r] = rk, tl, nd, mk, tat
+      local wait = rel + nd - tl
+      if wait > 0 and wait > maxDelay then allowed = false end
+      anyBucket = true
+      if mk - tl > act then act = mk - tl end
+      out[n + 1] = rel
+    else
+      typ[r] = 2
+      local tokens, cost = -tl, tonumber(ARGV[a + 1])
+      local b0, b1, b2 = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+      a = a + 5
+      if kind == 3 then
+        mark[r] = tonumber(ARGV[a])
+        a = a + 1
+      end
+      local which = -1
+      if kind >= 2 then
+        which = 0
+      elseif now >= b1 and now < b2 then
+        which = 1
+      elseif now >= b0 and now < b1 then
+        which = 0
+      end
+      local ka, kb = KEYS[k], KEYS[k + 1]
+      k = k + 2
+      keyA[r], keyB[r] = ka, kb
+      local used = 0
+      if which < 0 then
+        if code == 1 then code = -1000 - r end
+        key[r] = ka
+      else
+        if which == 0 then key[r], endAt[r] = ka, b1 else key[r], endAt[r] = kb, b2 end
+        local u, bad = read(key[r], 1e15)
+        if not u then
+          if code == 1 then code = -r end
+        else
+          used = u
+          if bad then
+            repaired = repaired + bit
+            fix[r] = true
+          end
+        end
+      end
+      tol[r], need[r], st[r] = tokens, cost, used
+      if used + cost > tokens then allowed = false end
+      if which < 0 then which = 0 end
+      out[n + 1] = used * 2 + which
+    end
+    n = n + 1
+    bit = bit * 2
+  end
+  out[base] = 1 + 4 * repaired
+  if code ~= 1 then
+    out[base] = code
+  elseif kind == 0 then
+    if allowed then
+      for r = 1, nr do
+        if typ[r] == 1 then
+          local ahead = st[r] - now
+          if ahead < 0 then ahead = 0 end
+          ahead = ahead + need[r]
+          redis.call('SET', key[r], now + ahead, 'PX', (ahead + 999 - (ahead + 999) % 1000) / 1000 + 1 + slack)
+        else
+          if fix[r] then redis.call('DEL', key[r]) end
+          redis.call('INCRBY', key[r], need[r])
+          if st[r] == 0 then
+            -- A new period's key: it expires when the period ends.
+            local left = endAt[r] - now
+            redis.call('PEXPIRE', key[r], (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
+          end
+        end
+      end
+    else
+      out[base] = 4 * repaired
+      -- A repaired key is written back valid even when denied.
+      for r = 1, nr do
+        if fix[r] then redis.call('DEL', key[r]) end
+      end
+    end
+  elseif kind == 1 then
+    if not allowed then out[base] = 4 * repaired end
+  elseif kind == 2 then
+    for r = 1, nr do
+      if typ[r] == 1 then
+        redis.call('DEL', key[r])
+      else
+        redis.call('DEL', keyA[r], keyB[r])
+      end
+    end
+    if first then redis.call('PUBLISH', channel, first) end
   else
-    local ahead = rel + need
-    local ttl = (ahead + 999 - math.fmod(ahead + 999, 1000)) / 1000 + 1 + slack
-    redis.call('SET', KEYS[i], now + ahead, 'PX', ttl)
-    out[i] = rel
+    -- Cancel: nothing once the reserved time has come, or for an Op
+    -- without a token bucket (quotas never reserve).
+    local gave = false
+    if anyBucket and now < act then
+      for r = 1, nr do
+        local j = base + r
+        if typ[r] == 1 then
+          local tat = st[r]
+          if tat < now then tat = now end
+          local back = math.min(need[r], need[r] - (tat - mark[r]))
+          if back > 0 then
+            gave = true
+            tat = tat - back
+            if tat <= now then
+              redis.call('DEL', key[r])
+              out[j] = 0
+            else
+              local left = tat - now
+              redis.call('SET', key[r], tat, 'PX', (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
+              out[j] = left
+            end
+          end
+        else
+          local back = math.min(need[r], st[r])
+          if back > 0 then
+            gave = true
+            redis.call('INCRBY', key[r], -back)
+            out[j] = (st[r] - back) * 2
+          end
+        end
+      end
+    end
+    if gave then redis.call('PUBLISH', channel, first) else out[base] = 4 * repaired end
   end
 end
 return out
 `
 
 // scriptSHA names the script in EVALSHA.
-var scriptSHA = redis.NewScript(gcraScript).Hash()
+var scriptSHA = redis.NewScript(opScript).Hash()
 
-// maxKeysPerScript bounds one script call, so that Redis, which runs one
-// script at a time, is never held for long.
+// maxKeysPerScript bounds the keys of one script call, so that Redis, which
+// runs one script at a time, is never held for long.
 const maxKeysPerScript = 256
 
 // A group is the calls one script call carries, by their index in the batch.
@@ -84,41 +262,35 @@ type group struct {
 	cmd *redis.Cmd
 }
 
-// An outcome is the script's answer for one call (see gcraScript), or the
-// error that kept it from one.
-type outcome struct {
-	v   int64
-	err error
-}
-
 // exec runs one batch: one script call per group in a single pipeline (or a
 // plain call when there is one group). Calls whose script cache was empty
 // (after a restart, a failover or SCRIPT FLUSH) are sent again with EVAL,
 // which runs and caches the script; a NOSCRIPT reply means the script did
-// not run, so nothing is taken twice. exec writes nothing into the calls,
-// because a watchdog may have answered them meanwhile; it returns one
-// outcome per call and the first error.
-func (s *Store) exec(ctx context.Context, batch []*call) ([]outcome, error) {
+// not run, so nothing is taken twice. exec writes nothing into the calls'
+// answers, because their callers may have given up meanwhile; it returns the
+// script's reply per group and the first error.
+//
+// ctx never expires (see roundTrip): a round trip always finishes on its
+// connection, so a caller that gives up never costs a connection.
+func (s *Store) exec(ctx context.Context, batch []*call, epoch *epochCheck) ([]group, error) {
 	now := ""
 	if s.scriptClock != nil {
 		now = strconv.FormatInt(s.scriptClock().UnixMicro(), 10)
 	}
-	if len(batch) == 1 {
-		return s.execOne(ctx, batch[0], now)
-	}
 	groups := s.group(batch)
 	send := func(g *group, c redis.Scripter, eval bool) {
-		keys := make([]string, len(g.idx))
-		args := make([]any, 1+2*len(g.idx))
-		args[0] = now
-		for i, j := range g.idx {
-			c := batch[j]
-			keys[i] = c.rkey
-			args[1+2*i] = c.tolerance
-			args[2+2*i] = c.need
+		nkeys := 0
+		for _, j := range g.idx {
+			nkeys += len(batch[j].keys)
+		}
+		keys := make([]string, 0, nkeys)
+		args := make([]any, 2, 2+nkeys*5)
+		args[0], args[1] = now, s.channel
+		for _, j := range g.idx {
+			keys, args = batch[j].appendScript(keys, args)
 		}
 		if eval {
-			g.cmd = c.Eval(ctx, gcraScript, keys, args...)
+			g.cmd = c.Eval(ctx, opScript, keys, args...)
 		} else {
 			g.cmd = c.EvalSha(ctx, scriptSHA, keys, args...)
 		}
@@ -134,72 +306,56 @@ func (s *Store) exec(ctx context.Context, batch []*call) ([]outcome, error) {
 		if len(todo) == 0 {
 			break
 		}
-		if len(todo) == 1 {
+		if len(todo) == 1 && (epoch == nil || eval) {
 			send(todo[0], s.client, eval)
-		} else {
-			pipe := s.client.Pipeline()
+			continue
+		}
+		pipe := s.client.Pipeline()
+		for _, g := range todo {
+			send(g, pipe, eval)
+		}
+		if epoch != nil && !eval {
+			epoch.queue(ctx, pipe, s)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			// Errors are read from each command, but a connection that
+			// failed to start (AUTH, SELECT) may leave them unset.
 			for _, g := range todo {
-				send(g, pipe, eval)
+				if g.cmd.Err() == nil && g.cmd.Val() == nil {
+					g.cmd.SetErr(err)
+				}
 			}
-			_, _ = pipe.Exec(ctx) // errors are read from each command
 		}
 	}
-	out := make([]outcome, len(batch))
 	var first error
 	for i := range groups {
-		g := &groups[i]
-		vals, err := g.cmd.Int64Slice()
-		if err == nil && len(vals) != len(g.idx) {
-			err = fmt.Errorf("the script answered %d values for %d keys", len(vals), len(g.idx))
-		}
-		if err != nil && first == nil {
+		if err := groups[i].cmd.Err(); err != nil && first == nil {
 			first = err
 		}
-		for k, j := range g.idx {
-			if err != nil {
-				out[j].err = err
-			} else {
-				out[j].v = vals[k]
-			}
-		}
 	}
-	return out, first
-}
-
-// execOne is exec for a batch of one call, the shape of every request on an
-// idle Store, with fewer allocations.
-func (s *Store) execOne(ctx context.Context, c *call, now string) ([]outcome, error) {
-	keys := []string{c.rkey}
-	cmd := s.client.EvalSha(ctx, scriptSHA, keys, now, c.tolerance, c.need)
-	if isNoScript(cmd.Err()) {
-		cmd = s.client.Eval(ctx, gcraScript, keys, now, c.tolerance, c.need)
-	}
-	out := make([]outcome, 1)
-	vals, err := cmd.Int64Slice()
-	if err == nil && len(vals) != 1 {
-		err = fmt.Errorf("the script answered %d values for 1 key", len(vals))
-	}
-	if err != nil {
-		out[0].err = err
-		return out, err
-	}
-	out[0].v = vals[0]
-	return out, nil
+	return groups, first
 }
 
 // group splits a batch into script calls. A plain client takes any keys in
 // one call. Redis Cluster runs a script only over keys of one slot, so calls
-// are grouped by slot (go-redis then sends each to its node). Any other
-// client (a Ring, a wrapper) gets one key per call, the only shape that is
-// safe whatever its sharding.
+// are grouped by slot (go-redis then sends each to its node); every key of
+// one Op shares the tenant's hash tag, hence its slot. Any other client (a
+// Ring, a wrapper) gets one Op per call, the only shape that is safe
+// whatever its sharding.
 func (s *Store) group(batch []*call) []group {
 	var groups []group
 	add := func(idx []int) {
-		for len(idx) > maxKeysPerScript {
-			groups = append(groups, group{idx: idx[:maxKeysPerScript]})
-			idx = idx[maxKeysPerScript:]
+		keys := 0
+		start := 0
+		for i, j := range idx {
+			n := len(batch[j].keys)
+			if keys+n > maxKeysPerScript && i > start {
+				groups = append(groups, group{idx: idx[start:i:i]})
+				start, keys = i, 0
+			}
+			keys += n
 		}
-		groups = append(groups, group{idx: idx})
+		groups = append(groups, group{idx: idx[start:]})
 	}
 	switch {
 	case s.mode == modeSingle || len(batch) == 1:
@@ -212,7 +368,7 @@ func (s *Store) group(batch []*call) []group {
 		bySlot := make(map[int][]int)
 		var order []int
 		for i, c := range batch {
-			sl := slot(c.rkey)
+			sl := slot(c.tenant)
 			if _, ok := bySlot[sl]; !ok {
 				order = append(order, sl)
 			}
@@ -234,18 +390,27 @@ func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// decode turns the script's answer v for c into its Result, computed by
-// tollgate.GCRA itself from the bucket's state as the script saw it.
-func (c *call) decode(v int64) error {
-	allowed := v >= 0
-	rel := v
-	if !allowed {
-		rel = -v - 1
+// replies splits a group's flat reply into the slices of its calls: the
+// server's now, then each call's code and one number per rule.
+func replies(g *group, batch []*call) (now int64, per [][]int64, err error) {
+	vals, err := g.cmd.Int64Slice()
+	if err != nil {
+		return 0, nil, err
 	}
-	_, r := tollgate.GCRA(rel, 0, c.limit, c.cost)
-	if r.Allowed != allowed {
-		return fmt.Errorf("the script and tollgate.GCRA disagree (rel %d, limit %v, cost %d)", rel, c.limit, c.cost)
+	if len(vals) == 0 {
+		return 0, nil, errors.New("the script answered nothing")
 	}
-	c.rel, c.res = rel, r
-	return nil
+	now, vals = vals[0], vals[1:]
+	per = make([][]int64, len(g.idx))
+	for i, j := range g.idx {
+		n := 1 + len(batch[j].op.Rules)
+		if len(vals) < n {
+			return 0, nil, fmt.Errorf("the script answered %d values, too few for its %d Ops", len(vals), len(g.idx))
+		}
+		per[i], vals = vals[:n:n], vals[n:]
+	}
+	if len(vals) != 0 {
+		return 0, nil, fmt.Errorf("the script answered %d values too many", len(vals))
+	}
+	return now, per, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,28 +14,25 @@ import (
 	tollgate "github.com/tollgate-go/tollgate/core"
 )
 
-// DefaultTimeout is how long a Take waits for Redis unless WithTimeout says
-// otherwise. A rate limiter sits in front of every request, so it must give
-// up long before the request would have.
-const DefaultTimeout = 50 * time.Millisecond
-
 // DefaultBreakerFailures and DefaultBreakerBackoff configure the circuit
-// breaker unless WithCircuitBreaker says otherwise: it opens after 5 failed
-// round trips in a row and stays open for 500ms before it lets a probe
-// through.
+// breaker unless WithCircuitBreaker says otherwise: it opens after 5 round
+// trips in a row fail or miss their callers' deadlines, and stays open for
+// 500ms before it lets a probe through.
 const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerBackoff  = 500 * time.Millisecond
 )
 
-// DefaultDenialCacheSize is how many denied buckets a Store remembers unless
-// WithDenialCache says otherwise; about 150 bytes each.
+// DefaultDenialCacheSize is how many tenants' denied buckets a Store
+// remembers unless WithDenialCache says otherwise; about 200 bytes each.
 const DefaultDenialCacheSize = 65536
 
 // ErrUnavailable is wrapped by every error a Store returns because Redis did
 // not answer in time, failed, or is cut off by the open circuit breaker. A
 // Limiter applies its failure policy to such errors. Use errors.Is to test for
-// it.
+// it. Mistakes that waiting will not mend (credentials, permissions, a
+// database that does not exist, a key of another type under the prefix) wrap
+// tollgate.ErrMisconfigured instead.
 var ErrUnavailable = errors.New("redisstore: redis unavailable")
 
 // ErrCircuitOpen is wrapped, together with ErrUnavailable, by the errors a
@@ -41,33 +40,54 @@ var ErrUnavailable = errors.New("redisstore: redis unavailable")
 var ErrCircuitOpen = errors.New("redisstore: circuit breaker open")
 
 // maxBatch bounds the calls that one round trip carries, and maxQueued the
-// calls that may wait for one; beyond that a Take fails at once rather than
+// calls that may wait for one; beyond that a call fails at once rather than
 // queue without bound behind a slow Redis.
 const (
 	maxBatch  = 2048
 	maxQueued = 64 * maxBatch
 )
 
-// While a round trip is in flight, arriving calls wait for the next one. If
-// secondTrip of them are waiting already, a second round trip takes them at
-// once rather than wait for the first to come back: Redis then runs one
-// batch while the Store reads the answers to the other, which about doubles
-// the throughput under heavy load. A light load never gets there, and its
-// calls share round trips. No more than maxInflight are in flight.
+// Calls that arrive while a round trip is in flight wait for the next one,
+// which carries them all: that is what makes a loaded Store cheap. But a
+// call never waits behind round trips that have been out for longer than
+// twice the usual round trip (within [minSlow, maxSlow]): it goes out in a
+// round trip of its own, on another connection, so a Redis that answers
+// slowly but within the callers' deadlines is still a Redis that decides. If
+// secondTrip calls are waiting already, a second round trip takes them at
+// once: Redis then runs one batch while the Store reads the answers to the
+// other. At most maxInflight round trips are in flight (the client's pool
+// size, within [2, 64]).
 const (
-	maxInflight = 2
-	secondTrip  = 32
+	minSlow    = time.Millisecond
+	maxSlow    = 3 * time.Millisecond
+	secondTrip = 32
 )
+
+// An rttAverage is a moving average of round trips that came back, in
+// nanoseconds.
+type rttAverage struct{ ns atomic.Int64 }
+
+func (a *rttAverage) observe(d time.Duration) {
+	old := a.ns.Load()
+	a.ns.Store(old + (int64(d)-old)/8) // racy updates only blur the average
+}
+
+// slowAfter is how long a round trip may be out before the calls queued
+// behind it go out on their own.
+func (a *rttAverage) slowAfter() time.Duration {
+	return min(max(2*time.Duration(a.ns.Load()), minSlow), maxSlow)
+}
 
 // An Option configures a Store.
 type Option func(*config)
 
 type config struct {
 	prefix          string
-	timeout         time.Duration
 	breakerFailures int
 	breakerBackoff  time.Duration
 	cacheSize       int
+	logger          *slog.Logger
+	loggerSet       bool
 
 	// Test hooks, set from export_test.go.
 	localClock  func() time.Time // the clock of the denial cache
@@ -81,85 +101,98 @@ func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
 
-// WithTimeout sets how long a Take waits for Redis before it gives up with an
-// error wrapping ErrUnavailable (default DefaultTimeout; d must be > 0). The
-// Store enforces it itself, whatever the client's timeouts; a shorter
-// deadline on the caller's context also applies.
-//
-// go-redis ignores context deadlines unless the client's options set
-// ContextTimeoutEnabled, so by default the Store makes each round trip from
-// a goroutine of its own and stops waiting for it at the deadline. With
-// ContextTimeoutEnabled set, a Take that finds the Store idle makes its
-// round trip on the caller's goroutine, which saves a goroutine hop.
-func WithTimeout(d time.Duration) Option {
-	return func(c *config) { c.timeout = d }
-}
-
 // WithCircuitBreaker sets the circuit breaker: after failures round trips in
-// a row fail or time out, the Store stops calling Redis for backoff and
-// answers at once with an error wrapping ErrCircuitOpen; then one call goes
-// through as a probe, and the breaker closes if it succeeds or stays open
-// for another backoff if not. failures < 1 turns the breaker off. Defaults:
-// DefaultBreakerFailures, DefaultBreakerBackoff.
+// a row fail or miss their callers' deadlines, the Store stops calling Redis
+// for backoff and answers at once with an error wrapping ErrCircuitOpen;
+// then one call goes through as a probe, and the breaker closes if it
+// succeeds or stays open for another backoff if not. A Redis that answers
+// slowly but in time never opens it, and neither do misconfiguration errors.
+// failures < 1 turns the breaker off. Defaults: DefaultBreakerFailures,
+// DefaultBreakerBackoff.
 func WithCircuitBreaker(failures int, backoff time.Duration) Option {
 	return func(c *config) { c.breakerFailures, c.breakerBackoff = failures, backoff }
 }
 
-// WithDenialCache sets how many denied buckets the Store remembers locally
-// (default DefaultDenialCacheSize; 0 turns the cache off). While Redis's
-// answer says a bucket cannot serve a request before some instant, further
-// requests that it could not serve either are denied without a round trip.
-// The answer is exact: a bucket's state only moves forward, so a cached
-// denial never denies a request that Redis would allow.
+// WithDenialCache sets how many tenants' denied buckets and quotas the Store
+// remembers locally (default DefaultDenialCacheSize; 0 turns the cache off).
+// While Redis's answer says a request cannot be served before some instant,
+// further requests that could not be served either are denied without a
+// round trip. A cached denial never denies a request that Redis would allow,
+// and its RetryAfter is never earlier than Redis's: see docs/redis.md.
 func WithDenialCache(size int) Option {
 	return func(c *config) { c.cacheSize = size }
 }
 
-// A Store is a tollgate.Store that keeps its buckets in Redis, so that any
-// number of API replicas share one bucket per key. It is safe for concurrent
-// use; one Store per client and process is the intended use.
+// WithLogger sets the logger of the Store's own findings (default
+// slog.Default()): a key whose state was not valid and was repaired (once
+// per key), a Redis that may evict buckets (from Check). WithLogger(nil)
+// turns them off.
+func WithLogger(logger *slog.Logger) Option {
+	return func(c *config) { c.logger, c.loggerSet = logger, true }
+}
+
+// A Store is a tollgate.MultiStore that keeps its buckets and quotas in
+// Redis, so that any number of API replicas share one bucket per key. It is
+// safe for concurrent use; one Store per client and process is the intended
+// use.
 //
-// Each Take runs tollgate.GCRA atomically in a Lua script, on the Redis
-// server's clock. Takes that arrive while a round trip is in flight wait for
-// the next one, which carries them all (under heavy load a second round trip
-// may start before the first is back); a Take that finds the Store idle goes
-// out at once. Requests for a bucket that Redis has already reported empty
-// are denied locally until it refills (see WithDenialCache). Redis failures
-// are bounded by a timeout and a circuit breaker (see WithTimeout and
-// WithCircuitBreaker); the Limiter's failure policy, or its fallback store
+// Each Take or Do runs atomically in a Lua script, on the Redis server's
+// clock. Calls that arrive while a round trip is in flight wait for the
+// next one, which carries them all, unless that round trip is slow; a call
+// that finds the Store idle goes out at once. Requests for buckets that
+// Redis has already reported empty are denied locally until they refill (see
+// WithDenialCache). Each call waits for Redis until its own deadline, then
+// fails with an error wrapping ErrUnavailable while its round trip finishes
+// on its connection; failures open a circuit breaker (see
+// WithCircuitBreaker). The Limiter's failure policy, or its fallback store
 // (see DividedStore), then decides.
 //
-// A Store needs no Close: the goroutines that make its round trips exit
-// once it has been idle for a second. Closing the client is the caller's
-// business. The zero Store is not usable; call New.
+// A Store needs no Close: the goroutines that make its round trips exit once
+// it has been idle for a second, and the subscription that keeps its denial
+// cache in step with resets once the cache is empty. Closing the client is
+// the caller's business. The zero Store is not usable; call New.
 type Store struct {
 	client      redis.UniversalClient
 	mode        clientMode
 	prefix      string
-	timeout     time.Duration
+	channel     string // resets and cancels are announced here
+	epochKey    string
 	cache       *denialCache
 	breaker     breaker
+	logger      *slog.Logger
+	repairs     repairLog
 	base        time.Time // origin of now
 	realBase    time.Time // origin of mono
 	localClock  func() time.Time
 	scriptClock func() time.Time
+	maxInflight int
 
-	timeoutErr error
-	inline     bool // the client honours context deadlines: see lead
+	epoch  epochState
+	sub    subscription
+	rtt    rttAverage
+	bounds boundsCache
 
-	handoff chan []*call // to a lingering runner
-
-	mu       sync.Mutex
-	inflight int     // round trips in flight (runners), at most maxInflight
-	queue    []*call // calls waiting for the next round trip
+	mu            sync.Mutex
+	inflight      int           // round trips in flight
+	lastSent      time.Duration // on mono: when the latest round trip left
+	queue         []*call       // calls waiting for the next round trip
+	queueDeadline time.Time     // the earliest deadline in the queue
+	idle          int           // runners waiting for work
+	work          chan []*call  // to idle runners
+	kick          *time.Timer   // sends the queue past slow round trips
+	kickArmed     bool
+	kickAt        time.Duration // on mono: when the kick is armed for
 }
 
-var _ tollgate.Store = (*Store)(nil)
+var (
+	_ tollgate.MultiStore = (*Store)(nil)
+	_ tollgate.Checker    = (*Store)(nil)
+)
 
 type clientMode int
 
 const (
-	modeOther   clientMode = iota // one key per script call
+	modeOther   clientMode = iota // one Op per script call
 	modeSingle                    // one server: any keys in one script call
 	modeCluster                   // Redis Cluster: one slot per script call
 )
@@ -168,13 +201,14 @@ const (
 // *redis.Client (one server, or a Sentinel-managed failover client from
 // redis.NewFailoverClient), a *redis.ClusterClient, or any UniversalClient.
 // New does not contact Redis; it returns an error only for a bad option.
+// Call Check to verify the connection, credentials and permissions
+// (tollgate.New does).
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, errors.New("redisstore: New needs a Redis client, got nil")
+		return nil, fmt.Errorf("%w: redisstore: New needs a Redis client, got nil", tollgate.ErrMisconfigured)
 	}
 	cfg := config{
 		prefix:          DefaultPrefix,
-		timeout:         DefaultTimeout,
 		breakerFailures: DefaultBreakerFailures,
 		breakerBackoff:  DefaultBreakerBackoff,
 		cacheSize:       DefaultDenialCacheSize,
@@ -182,11 +216,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if !cfg.loggerSet {
+		cfg.logger = slog.Default()
+	}
 	if err := checkPrefix(cfg.prefix); err != nil {
 		return nil, err
-	}
-	if cfg.timeout <= 0 {
-		return nil, fmt.Errorf("redisstore: the timeout must be > 0, got %v", cfg.timeout)
 	}
 	if cfg.breakerFailures >= 1 && cfg.breakerBackoff <= 0 {
 		return nil, fmt.Errorf("redisstore: the circuit breaker back-off must be > 0, got %v", cfg.breakerBackoff)
@@ -197,29 +231,35 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{
 		client:      client,
 		prefix:      cfg.prefix,
-		timeout:     cfg.timeout,
-		timeoutErr:  fmt.Errorf("%w: no answer within %v", ErrUnavailable, cfg.timeout),
+		channel:     cfg.prefix + "#invalidate",
+		epochKey:    cfg.prefix + "{#epoch}",
 		cache:       newDenialCache(cfg.cacheSize),
+		logger:      cfg.logger,
 		localClock:  cfg.localClock,
 		scriptClock: cfg.scriptClock,
-		handoff:     make(chan []*call),
 	}
-	s.breaker.init(cfg.breakerFailures, micros(cfg.breakerBackoff), micros(cfg.timeout))
+	s.breaker.init(cfg.breakerFailures, micros(cfg.breakerBackoff), micros(2*tollgate.DefaultStoreTimeout))
 	s.realBase = time.Now()
 	s.base = s.realBase
 	if s.localClock != nil {
 		s.base = s.localClock()
 	}
+	pool := 10 * runtime.GOMAXPROCS(0)
 	switch c := client.(type) {
 	case *redis.Client:
 		s.mode = modeSingle
-		s.inline = c.Options().ContextTimeoutEnabled
+		pool = c.Options().PoolSize
 	case *redis.ClusterClient:
 		s.mode = modeCluster
-		s.inline = c.Options().ContextTimeoutEnabled
+		pool = c.Options().PoolSize
 	default:
 		s.mode = modeOther
 	}
+	s.maxInflight = min(max(pool, 2), 64)
+	s.work = make(chan []*call, s.maxInflight)
+	s.kick = time.AfterFunc(time.Hour, s.kickQueue)
+	s.kick.Stop()
+	s.sub.init(s)
 	return s, nil
 }
 
@@ -235,54 +275,35 @@ func (s *Store) now() int64 {
 	return int64(time.Since(s.base) / time.Microsecond)
 }
 
-// mono returns the time on the monotonic clock, which times deadlines and
+// wallNow returns the time around which quota periods are looked up.
+func (s *Store) wallNow() time.Time {
+	if s.scriptClock != nil {
+		return s.scriptClock()
+	}
+	return time.Now()
+}
+
+// mono returns the time on the monotonic clock, which times round trips and
 // the breaker even in tests.
 func (s *Store) mono() time.Duration { return time.Since(s.realBase) }
 
-// call is one Take on its way to Redis.
-type call struct {
-	rkey      string
-	limit     tollgate.Limit
-	cost      int64
-	tolerance int64         // Burst x token interval, µs
-	need      int64         // cost x token interval, µs
-	deadline  time.Duration // on mono: when the caller stops waiting
-
-	// Written by whoever answers the call, before done is closed.
-	rel int64 // how far the TAT was ahead of Redis's now, µs
-	res tollgate.Result
-	err error
-
-	state atomic.Int32
-	done  chan struct{} // closed when answered; nil for a call its caller sends itself (see lead)
-}
-
-const (
-	callPending int32 = iota
-	callDelivered
-	callAbandoned
-)
-
-// deliver hands c's answer to its caller, unless the caller gave up.
-func (c *call) deliver() {
-	if c.state.CompareAndSwap(callPending, callDelivered) && c.done != nil {
-		close(c.done)
-	}
-}
-
-// Key returns the Redis key that holds the bucket of key, for looking at a
-// tenant's bucket or resetting it (DEL) with redis-cli: the prefix, then a
-// hash tag that is key itself when it is short printable ASCII without
-// braces, and otherwise '#' and the base64url SHA-256 of key.
+// Key returns the Redis key that holds the main bucket of key, for looking
+// at a tenant's bucket with redis-cli: the prefix, then a hash tag that is
+// key itself when it is short printable ASCII without braces, and otherwise
+// '#' and the base64url SHA-256 of key. The tenant's other rules are kept
+// under this key, ':' and the rule's Sub (and a quota's period start). Reset
+// a tenant with Do and OpReset rather than DEL: replicas' denial caches then
+// learn of it.
 func (s *Store) Key(key string) string { return redisKey(s.prefix, key) }
 
 // Take takes cost tokens from the bucket of key under limit. It implements
-// tollgate.Store.
+// tollgate.Store, and makes the same decision as Do with an OpTake of the
+// one Rule{Limit: limit}.
 //
 // An invalid limit or cost is reported (wrapping tollgate.ErrInvalidLimit or
-// tollgate.ErrCostExceedsBurst) without calling Redis. When Redis cannot
-// decide within the timeout, or before ctx is done, Take returns an error
-// wrapping ErrUnavailable; it never waits longer than either allows.
+// tollgate.ErrCostExceedsBurst) without calling Redis. Take waits for Redis
+// until ctx's deadline, or for tollgate.DefaultStoreTimeout if ctx has none,
+// and then returns an error wrapping ErrUnavailable.
 func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost int64) (tollgate.Result, error) {
 	if err := limit.Validate(); err != nil {
 		return tollgate.Result{}, err
@@ -290,48 +311,54 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 	if err := limit.CheckCost(cost); err != nil {
 		return tollgate.Result{}, err
 	}
-	rkey := redisKey(s.prefix, key)
-	mono := s.mono()
-	start := micros(mono)
-	if s.localClock != nil {
-		start = s.now()
+	c := &call{}
+	c.takeRule[0] = tollgate.Rule{Limit: limit}
+	c.takeOp = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: c.takeRule[:], Cost: cost, Results: c.takeResult[:0]}
+	c.op = &c.takeOp
+	c.tenant = redisKey(s.prefix, key)
+	c.takeKey[0] = c.tenant
+	c.keys = c.takeKey[:]
+	if err := s.do(ctx, c, time.Time{}); err != nil {
+		return tollgate.Result{}, err
 	}
-	if r, ok := s.cache.deny(rkey, limit, cost, start); ok {
-		return r, nil
+	return c.takeOp.Results[0], nil
+}
+
+// Do runs op on the rules of op.Key in one atomic script call (one per Op,
+// batched with other calls' into shared round trips). It implements
+// tollgate.MultiStore; op.go in package tollgate documents each OpKind.
+//
+// Do trusts its Op: every rule must be valid for op.Cost (Rule.Validate),
+// as the Limiter ensures once per plan. A MaxDelay beyond tollgate.MaxWindow
+// counts as tollgate.MaxWindow. Do waits for Redis until op.Deadline, or
+// ctx's deadline if op.Deadline is zero, or for tollgate.DefaultStoreTimeout
+// if neither is set, and returns when ctx is done; it then returns an error
+// wrapping ErrUnavailable.
+//
+// All of a tenant's rules share its hash tag, so an Op works on Redis
+// Cluster. A quota's periods are decided on Redis's clock. OpReset and a
+// OpCancel that gives tokens back are announced to every Store with the same
+// prefix, whose denial caches forget the tenant.
+func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
+	// The call works on a copy of op: its round trip may read the Op
+	// after a caller that gave up has returned, and that caller may be
+	// using its Op again (the Limiter recycles them). The answer goes
+	// back into op here, in the caller's goroutine.
+	c := &call{tenant: redisKey(s.prefix, op.Key)}
+	c.takeOp = *op
+	c.takeOp.Rules = append(c.ownRules[:0], op.Rules...)
+	c.takeOp.Results = c.ownResults[:0]
+	c.takeOp.Marks = append(c.ownMarks[:0], op.Marks...)
+	c.op = &c.takeOp
+	c.keys = make([]string, 0, len(op.Rules)+2)
+	c.prepareKeys(s.wallNow(), &s.bounds)
+	if err := s.do(ctx, c, op.Deadline); err != nil {
+		return err
 	}
-	if !s.breaker.allow(micros(mono)) {
-		return tollgate.Result{}, errCircuitOpen
-	}
-	interval := limit.TokenInterval()
-	c := &call{
-		rkey:      rkey,
-		limit:     limit,
-		cost:      cost,
-		tolerance: limit.Burst * interval,
-		need:      cost * interval,
-		deadline:  mono + s.timeout,
-	}
-	switch s.submit(c) {
-	case queueFull:
-		return tollgate.Result{}, errQueueFull
-	case leading:
-		s.lead(ctx, c)
-	default:
-		// The round trip that carries c answers it by its deadline, with
-		// a timeout error if Redis has not answered: no timer per call.
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			if c.state.CompareAndSwap(callPending, callAbandoned) {
-				return tollgate.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-			}
-			<-c.done
-		}
-	}
-	if c.err != nil {
-		return tollgate.Result{}, c.err
-	}
-	return c.res, nil
+	op.Allowed, op.Delay = c.takeOp.Allowed, c.takeOp.Delay
+	op.Results = append(op.Results[:0], c.takeOp.Results...)
+	op.Marks = append(op.Marks[:0], c.takeOp.Marks...)
+	return nil
 }
 
 var (
@@ -339,76 +366,179 @@ var (
 	errQueueFull   = fmt.Errorf("%w: %d calls already wait for Redis", ErrUnavailable, maxQueued)
 )
 
-type submitted int
-
-const (
-	queued    submitted = iota // c waits for a round trip
-	leading                    // the Store was idle: the caller makes c's round trip itself
-	queueFull                  // too many calls wait already
-)
-
-// submit sends c at once if no round trip is in flight, and otherwise queues
-// it for the next one.
-func (s *Store) submit(c *call) submitted {
-	if !s.inline {
-		c.done = make(chan struct{})
-	}
-	s.mu.Lock()
-	if s.inflight == 0 {
-		s.inflight = 1
-		s.mu.Unlock()
-		if s.inline {
-			return leading
+// do answers c from the denial cache, or sends it to Redis and waits for
+// the answer until its deadline.
+func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
+	kind := c.op.Kind
+	if kind == tollgate.OpTake || kind == tollgate.OpInspect {
+		if s.cached(c, s.now()) {
+			return nil
 		}
-		s.dispatch([]*call{c})
-		return queued
+	} else {
+		// This replica learns of its own resets and cancels at once; the
+		// others through the announcement.
+		s.cache.forget(c.tenant)
 	}
-	if c.done == nil {
-		c.done = make(chan struct{})
+	if !s.breaker.allow(micros(s.mono())) {
+		return errCircuitOpen
 	}
-	if len(s.queue) >= maxQueued {
-		s.mu.Unlock()
-		return queueFull
+	if deadline.IsZero() {
+		if d, ok := ctx.Deadline(); ok {
+			deadline = d
+		} else {
+			deadline = time.Now().Add(tollgate.DefaultStoreTimeout)
+		}
 	}
-	s.queue = append(s.queue, c)
-	var second []*call
-	if s.inflight < maxInflight && len(s.queue) >= secondTrip {
-		s.inflight++
-		second = s.takeQueue()
+	if !time.Now().Before(deadline) {
+		return fmt.Errorf("%w: the deadline had passed before the call was sent", ErrUnavailable)
 	}
-	s.mu.Unlock()
-	if second != nil {
-		s.dispatch(s.prepare(second))
+	c.deadline = deadline
+	c.done = make(chan struct{})
+	if !s.submit(c) {
+		return errQueueFull
 	}
-	return queued
+	// The Store answers c by its deadline (see trip and kickQueue), so the
+	// caller needs no timer of its own; ctx may end it sooner.
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if err := s.giveUp(c, errors.Is(ctx.Err(), context.DeadlineExceeded)); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
+	}
+	return c.err
 }
 
-// lead makes the round trip of c, sent while the Store was idle, on the
-// caller's goroutine, which saves a hop to another goroutine and back. Only
-// a client that honours context deadlines (ContextTimeoutEnabled) gets here,
-// so c's deadline bounds the round trip. Calls that queued meanwhile go out
-// next, from a goroutine of their own.
-func (s *Store) lead(ctx context.Context, c *call) {
-	rctx, cancel := context.WithDeadline(ctx, s.realBase.Add(c.deadline))
-	batch := [1]*call{c}
-	sent := s.now()
-	out, err := s.exec(rctx, batch[:])
-	cancel()
-	switch {
-	case err == nil:
-		s.finish(batch[:], out, nil, sent)
-	case ctx.Err() != nil:
-		// The caller gave up: no fault of Redis.
-		c.err = fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case s.mono() >= c.deadline:
-		s.breaker.failure(micros(s.mono()))
-		c.err = s.timeoutErr
-	default:
-		s.finish(batch[:], out, err, sent)
+// cached answers c from the denial cache if it can. The cache answers
+// nothing while no subscription tells it of resets (see subscription).
+func (s *Store) cached(c *call, now int64) bool {
+	return s.sub.confirmed.Load() && s.cache.answer(c, now)
+}
+
+// giveUp abandons c when its caller stops waiting. A caller whose deadline
+// passed while its round trip was out counts that round trip as failed
+// (once); one that was merely cancelled does not. It returns nil if c was
+// answered meanwhile.
+func (s *Store) giveUp(c *call, deadline bool) error {
+	if !c.state.CompareAndSwap(callPending, callAbandoned) {
+		<-c.done
+		return nil
 	}
-	if next := s.next(); next != nil {
-		s.dispatch(next)
+	if tr := c.trip.Load(); deadline && tr != nil && tr.state.CompareAndSwap(tripInFlight, tripLate) {
+		s.breaker.failure(micros(s.mono()), tr.sent)
 	}
+	return errAbandoned
+}
+
+var errAbandoned = errors.New("abandoned")
+
+// submit queues c and starts a round trip if none is in flight, if those in
+// flight are slow, or if enough calls wait. It reports false if too many
+// calls wait already.
+func (s *Store) submit(c *call) bool {
+	s.mu.Lock()
+	if len(s.queue) >= maxQueued {
+		s.mu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, c)
+	if s.queueDeadline.IsZero() || c.deadline.Before(s.queueDeadline) {
+		s.queueDeadline = c.deadline
+	}
+	mono := s.mono()
+	if s.inflight == 0 ||
+		s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter() ||
+		s.inflight < 2 && len(s.queue) >= secondTrip {
+		s.startLocked(mono) // unlocks
+		return true
+	}
+	s.armKickLocked(mono)
+	s.mu.Unlock()
+	return true
+}
+
+// armKickLocked arms the kick timer for the earlier of the moment the round
+// trips in flight count as slow and the earliest deadline in the queue.
+// s.mu must be held.
+func (s *Store) armKickLocked(mono time.Duration) {
+	var wait time.Duration = -1
+	if s.inflight < s.maxInflight {
+		wait = max(s.lastSent+s.rtt.slowAfter()-mono, 0)
+	}
+	if !s.queueDeadline.IsZero() {
+		if d := max(time.Until(s.queueDeadline), 0); wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	if wait < 0 {
+		return // a round trip coming back takes the queue
+	}
+	at := mono + wait
+	if s.kickArmed && s.kickAt <= at {
+		return
+	}
+	s.kickArmed, s.kickAt = true, at
+	s.kick.Reset(wait)
+}
+
+// kickQueue answers the queued calls whose deadlines have passed, and sends
+// the queue past round trips that have been out too long.
+func (s *Store) kickQueue() {
+	s.mu.Lock()
+	s.kickArmed = false
+	if len(s.queue) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	if now := time.Now(); !now.Before(s.queueDeadline) {
+		// Calls that waited their whole deadline in the queue (every
+		// connection busy with slow round trips): answer them now.
+		var next time.Time
+		kept := s.queue[:0]
+		for _, c := range s.queue {
+			if c.state.Load() != callPending {
+				continue
+			}
+			if !now.Before(c.deadline) {
+				c.fail(timeoutErr(c))
+				continue
+			}
+			if next.IsZero() || c.deadline.Before(next) {
+				next = c.deadline
+			}
+			kept = append(kept, c)
+		}
+		clear(s.queue[len(kept):])
+		s.queue, s.queueDeadline = kept, next
+		if len(s.queue) == 0 {
+			s.queue = nil
+			s.mu.Unlock()
+			return
+		}
+	}
+	mono := s.mono()
+	if s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter() {
+		s.startLocked(mono)
+		return
+	}
+	s.armKickLocked(mono)
+	s.mu.Unlock()
+}
+
+// startLocked takes the queue into a new round trip, on an idle runner or a
+// new one. s.mu must be held; startLocked releases it.
+func (s *Store) startLocked(mono time.Duration) {
+	batch := s.takeQueue()
+	s.inflight++
+	s.lastSent = mono
+	if s.idle > 0 {
+		s.idle--
+		s.mu.Unlock()
+		s.work <- batch // never blocks: a runner is waiting for it
+		return
+	}
+	s.mu.Unlock()
+	go s.run(batch)
 }
 
 // lingerFor is how long a runner with nothing left to send waits for more
@@ -417,55 +547,50 @@ func (s *Store) lead(ctx context.Context, c *call) {
 // Store still holds no goroutine once it has been idle that long.
 const lingerFor = time.Second
 
-// dispatch hands batch to a lingering runner, or starts one. The caller has
-// counted it in inflight.
-func (s *Store) dispatch(batch []*call) {
-	select {
-	case s.handoff <- batch:
-	default:
-		go s.run(batch)
-	}
-}
-
 // run makes round trips until no call waits, then lingers (see lingerFor).
-// At most maxInflight goroutines run round trips at a time (counted by
-// inflight), apart from round trips that overran the timeout and were left
-// behind.
 func (s *Store) run(batch []*call) {
 	var linger *time.Timer
 	for {
-		if len(batch) > 0 && !s.roundTrip(batch) {
-			return // the round trip overran; its watchdog carries on
-		}
+		s.roundTrip(batch)
 		if batch = s.next(); batch != nil {
 			continue
 		}
+		s.mu.Lock()
+		s.idle++
+		s.mu.Unlock()
 		if linger == nil {
 			linger = time.NewTimer(lingerFor)
 		} else {
 			linger.Reset(lingerFor)
 		}
 		select {
-		case batch = <-s.handoff:
+		case batch = <-s.work:
 			linger.Stop()
 		case <-linger.C:
-			return
+			s.mu.Lock()
+			if s.idle > 0 {
+				s.idle--
+				s.mu.Unlock()
+				return
+			}
+			// A batch is on its way to an idle runner: this one.
+			s.mu.Unlock()
+			batch = <-s.work
 		}
 	}
 }
 
-// next takes the queued calls for the next round trip and prepares them. It
-// returns nil, and retires the runner, when the queue is empty.
+// next takes the queued calls for the next round trip. It returns nil, and
+// counts the round trip as ended, when the queue is empty.
 func (s *Store) next() []*call {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.queue) == 0 {
 		s.inflight--
-		s.mu.Unlock()
 		return nil
 	}
-	batch := s.takeQueue()
-	s.mu.Unlock()
-	return s.prepare(batch)
+	s.lastSent = s.mono()
+	return s.takeQueue()
 }
 
 // takeQueue takes up to maxBatch queued calls, oldest first. s.mu must be
@@ -474,88 +599,110 @@ func (s *Store) takeQueue() []*call {
 	q := s.queue
 	if len(q) > maxBatch {
 		s.queue = append([]*call(nil), q[maxBatch:]...)
+		s.queueDeadline = time.Time{}
+		for _, c := range s.queue {
+			if s.queueDeadline.IsZero() || c.deadline.Before(s.queueDeadline) {
+				s.queueDeadline = c.deadline
+			}
+		}
 		return q[:maxBatch:maxBatch]
 	}
-	s.queue = nil
+	s.queue, s.queueDeadline = nil, time.Time{}
 	return q
 }
 
 // prepare answers the calls of a batch that the denial cache now can, fails
-// those that waited their whole timeout, drops those whose callers gave up,
-// and returns the rest.
+// those whose deadlines have passed, drops those whose callers gave up, and
+// returns the rest.
 func (s *Store) prepare(batch []*call) []*call {
-	now, mono := s.now(), s.mono()
+	now := s.now()
+	wall := time.Now()
 	kept := batch[:0]
 	for _, c := range batch {
 		if c.state.Load() != callPending {
 			continue
 		}
-		if r, ok := s.cache.deny(c.rkey, c.limit, c.cost, now); ok {
-			c.res = r
-			c.deliver()
+		if !wall.Before(c.deadline) {
+			c.fail(timeoutErr(c))
 			continue
 		}
-		if c.deadline <= mono {
-			// It waited its whole timeout behind slow round trips.
-			c.err = s.timeoutErr
-			c.deliver()
-			continue
+		if k := c.op.Kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
+			if s.cache.answer(c, now) {
+				c.release()
+				continue
+			}
+			c.state.Store(callPending)
 		}
 		kept = append(kept, c)
 	}
 	return kept
 }
 
-// roundTrip sends batch to Redis and delivers the answers. If Redis has not
-// answered by the earliest deadline of the batch, a watchdog fails the
-// batch, counts a failure and takes over the queue, and roundTrip reports
-// false: the stuck request is left to the client's own timeouts while the
-// next one goes out. Calls queue in arrival order, so no call waits past its
-// deadline: the batch ahead of it ends by its own earlier deadline.
-func (s *Store) roundTrip(batch []*call) bool {
-	deadline := batch[0].deadline
-	for _, c := range batch[1:] {
-		deadline = min(deadline, c.deadline)
+// roundTrip sends batch to Redis and delivers the answers. The round trip
+// runs on a context that never expires, so it always finishes on its
+// connection, whatever its callers do meanwhile: its watchdog answers each
+// call at its deadline (see trip), and the round trip's answers then go to
+// the calls still waiting.
+func (s *Store) roundTrip(batch []*call) {
+	batch = s.prepare(batch)
+	if len(batch) == 0 {
+		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), s.realBase.Add(deadline))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		s.breaker.failure(micros(s.mono()))
-		for _, c := range batch {
-			if c.state.Load() == callPending {
-				c.err = s.timeoutErr
-				c.deliver()
-			}
+	epoch := s.epoch.check(s)
+	sent, sentMono := s.now(), s.mono()
+	tr := &trip{sent: micros(sentMono), s: s, calls: batch}
+	for _, c := range batch {
+		c.trip.Store(tr)
+	}
+	tr.watch()
+	groups, err := s.exec(context.Background(), batch, epoch)
+	tr.timer.Stop()
+	recv := s.now()
+	if tr.state.CompareAndSwap(tripInFlight, tripBack) {
+		switch {
+		case err == nil:
+			s.breaker.success()
+			s.rtt.observe(s.mono() - sentMono)
+		case !isMisconfig(err):
+			s.breaker.failure(micros(s.mono()), tr.sent)
 		}
-		s.run(nil)
-	})
-	sent := s.now()
-	out, err := s.exec(ctx, batch)
-	if !stop() {
-		return false
 	}
-	s.finish(batch, out, err, sent)
-	return true
+	if epoch != nil {
+		s.epoch.learn(s, epoch, micros(sentMono))
+	}
+	for i := range groups {
+		g := &groups[i]
+		now, per, gerr := replies(g, batch)
+		for k, j := range g.idx {
+			c := batch[j]
+			if !c.claim() {
+				continue // answered by the watchdog, or abandoned
+			}
+			if gerr != nil {
+				c.err = classify(gerr)
+				c.release()
+				continue
+			}
+			v := per[k]
+			if err := c.decode(now, v); err != nil {
+				c.err = err
+			} else if kind := c.op.Kind; kind == tollgate.OpTake || kind == tollgate.OpInspect {
+				s.cache.learn(s, c, now, v, sent, recv)
+			}
+			if v[0] > 3 {
+				s.repairs.report(s, c, v[0]>>2)
+			}
+			c.release()
+		}
+	}
 }
 
-// finish records the outcome of a round trip sent at local time sent, in the
-// breaker and the denial cache, and answers its calls.
-func (s *Store) finish(batch []*call, out []outcome, err error, sent int64) {
-	if err != nil {
-		s.breaker.failure(micros(s.mono()))
-	} else {
-		s.breaker.success()
+// classify wraps an error from Redis: misconfiguration (credentials,
+// permissions, a database that does not exist) as tollgate.ErrMisconfigured,
+// anything else as ErrUnavailable.
+func classify(err error) error {
+	if isMisconfig(err) {
+		return fmt.Errorf("%w: %w", tollgate.ErrMisconfigured, err)
 	}
-	for i, c := range batch {
-		err := out[i].err
-		if err == nil {
-			err = c.decode(out[i].v)
-		}
-		if err != nil {
-			c.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		} else {
-			s.cache.learn(c, sent)
-		}
-		c.deliver()
-	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }

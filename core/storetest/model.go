@@ -1,192 +1,209 @@
 package storetest
 
 import (
-	"context"
-	"sync"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 )
 
-// A Model is the reference tollgate.MultiStore: a map under one mutex that
-// applies every Op exactly as tollgate.Op documents it, in the plainest
-// code. It is slow and unbounded, which makes it the yardstick that real
-// stores are checked against, and a store for tests whose subject is not
-// the store. It is safe for concurrent use. The zero Model is not usable;
-// call NewModel.
+// A Model is the reference implementation of tollgate.MultiStore.Do that
+// the kit compares Stores with: the semantics of every OpKind, written for
+// clarity rather than speed, in integer microseconds on the time it is
+// given. A Store must make the decisions and report the figures that Model
+// does for the same Ops at the same times (its Marks may differ: they mean
+// something only to the Store that made them).
+//
+// The rules, as op.go states them:
+//
+//   - A token bucket is GCRA (tollgate.GCRA): its state is its theoretical
+//     arrival time (TAT); the request needs cost x interval, the bucket
+//     tolerates Burst x interval ahead of now. With MaxDelay, a bucket that
+//     is short may grant a request that must wait up to MaxDelay: the TAT
+//     moves by the need all the same, and the Op's Delay is the longest
+//     wait of its buckets.
+//   - A quota counts the tokens used in the period of Quota.Bounds(now);
+//     a request fits if used + cost <= Tokens. Quotas never reserve.
+//   - OpTake grants when every rule allows, and then takes from every rule;
+//     a denied Op takes nothing. Results hold each rule's state after a
+//     granted Op; otherwise (denied, OpInspect, OpCancel, OpReset) the state
+//     as it stands, with Allowed and RetryAfter saying whether and when that
+//     rule alone allows the request (a quota: at the end of its period).
+//   - OpInspect decides as OpTake would, Delay included, and takes nothing.
+//   - OpReset forgets every rule's state (the quota's current period).
+//   - OpCancel, given the Marks of a granted OpTake: nothing if the Op has
+//     no token bucket (quotas never reserve) or once the reserved time
+//     (the latest of mark - tolerance over its buckets) has come; otherwise
+//     each bucket gets back its need less what later requests took on top
+//     of it (TAT - mark), and each quota its cost (in the period it counted
+//     in). Results then describe that period, or an unused quota if it has
+//     ended.
+//
+// The zero Model is empty and ready to use. A Model is not safe for
+// concurrent use.
 type Model struct {
-	now     func() time.Time
-	mu      sync.Mutex
-	buckets map[modelKey]int64 // TAT, µs since the Unix epoch
-	quotas  map[modelKey]quotaUse
+	tats map[string]int64 // bucket: TAT, µs since the Unix epoch
+	used map[string]int64 // quota period: tokens used
 }
 
-type modelKey struct{ key, sub string }
-
-type quotaUse struct {
-	period int64 // the period's start, µs since the Unix epoch
-	used   int64
-}
-
-var _ tollgate.MultiStore = (*Model)(nil)
-
-// NewModel returns a Model that reads its time from now.
-func NewModel(now func() time.Time) *Model {
-	return &Model{now: now, buckets: map[modelKey]int64{}, quotas: map[modelKey]quotaUse{}}
-}
-
-// Take takes cost tokens from the bucket of key under limit.
-func (m *Model) Take(ctx context.Context, key string, limit tollgate.Limit, cost int64) (tollgate.Result, error) {
-	if err := (tollgate.Rule{Limit: limit}).Validate(cost); err != nil {
-		return tollgate.Result{}, err
+func (m *Model) init() {
+	if m.tats == nil {
+		m.tats = make(map[string]int64)
+		m.used = make(map[string]int64)
 	}
-	op := tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: []tollgate.Rule{{Limit: limit}}, Cost: cost}
-	if err := m.Do(ctx, &op); err != nil {
-		return tollgate.Result{}, err
-	}
-	return op.Results[0], nil
 }
 
-// Do applies op.
-func (m *Model) Do(_ context.Context, op *tollgate.Op) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	wall := m.now()
-	now := wall.UnixMicro()
+func bucketKey(key, sub string) string { return key + "\x00" + sub }
+
+func periodKey(key, sub string, start int64) string {
+	return key + "\x00" + sub + "\x00" + time.UnixMicro(start).UTC().Format(time.RFC3339Nano)
+}
+
+// Do runs op at now, as a MultiStore would, and fills in its results.
+func (m *Model) Do(op *tollgate.Op, now time.Time) {
+	m.init()
+	t := now.UnixMicro()
+	cost := max(op.Cost, 1)
+	maxDelay := min(max(op.MaxDelay, 0), tollgate.MaxWindow).Microseconds()
+	n := len(op.Rules)
+	op.Results = make([]tollgate.Result, n)
+	marks := append([]int64(nil), op.Marks...)
+	op.Marks = op.Marks[:0]
+	op.Allowed, op.Delay = false, 0
+
+	type state struct {
+		rel        int64 // bucket: TAT - now, >= 0
+		used       int64 // quota
+		start, end int64 // quota period
+	}
+	st := make([]state, n)
+	for i, r := range op.Rules {
+		if r.IsQuota() {
+			start, end := r.Quota.Bounds(now)
+			st[i].start, st[i].end = start.UnixMicro(), end.UnixMicro()
+			if op.Kind == tollgate.OpCancel {
+				// The period the reservation counted in.
+				_, end := r.Quota.Bounds(time.UnixMicro(markOf(marks, i)))
+				st[i].start, st[i].end = markOf(marks, i), end.UnixMicro()
+			}
+			st[i].used = m.used[periodKey(op.Key, r.Sub, st[i].start)]
+		} else {
+			st[i].rel = max(m.tats[bucketKey(op.Key, r.Sub)]-t, 0)
+		}
+	}
+
 	switch op.Kind {
 	case tollgate.OpReset:
-		for _, r := range op.Rules {
-			k := modelKey{op.Key, r.Sub}
-			delete(m.buckets, k)
-			delete(m.quotas, k)
-		}
-		return nil
-	case tollgate.OpCancel:
 		for i, r := range op.Rules {
-			if i < len(op.Marks) {
-				m.cancel(op, r, op.Marks[i], now)
+			if r.IsQuota() {
+				delete(m.used, periodKey(op.Key, r.Sub, st[i].start))
+			} else {
+				delete(m.tats, bucketKey(op.Key, r.Sub))
+			}
+			st[i].rel, st[i].used = 0, 0
+		}
+	case tollgate.OpCancel:
+		act, buckets := int64(0), false
+		for i, r := range op.Rules {
+			if !r.IsQuota() {
+				interval := r.Limit.TokenInterval()
+				act = max(act, markOf(marks, i)-r.Limit.Burst*interval)
+				buckets = true
 			}
 		}
-		return nil
+		if buckets && t < act {
+			for i, r := range op.Rules {
+				if r.IsQuota() {
+					back := min(cost, st[i].used)
+					st[i].used -= back
+					m.used[periodKey(op.Key, r.Sub, st[i].start)] = st[i].used
+					continue
+				}
+				need := cost * r.Limit.TokenInterval()
+				tat := t + st[i].rel
+				back := min(need, need-(tat-markOf(marks, i)))
+				if back > 0 {
+					tat -= back
+					if tat <= t {
+						delete(m.tats, bucketKey(op.Key, r.Sub))
+						st[i].rel = 0
+					} else {
+						m.tats[bucketKey(op.Key, r.Sub)] = tat
+						st[i].rel = tat - t
+					}
+				}
+			}
+		}
 	}
-	op.Results, op.Marks = op.Results[:0], op.Marks[:0]
-	op.Allowed, op.Delay = true, 0
-	maxDelay := int64(0)
-	if op.Kind == tollgate.OpTake {
-		maxDelay = op.MaxDelay.Microseconds()
+
+	for i, r := range op.Rules {
+		if r.IsQuota() && op.Kind == tollgate.OpCancel && st[i].end <= t {
+			st[i].used = 0 // the period has ended: a new one begins
+		}
 	}
-	type change struct {
-		k      modelKey
-		bucket bool
-		tat    int64
-		use    quotaUse
-	}
-	var changes []change
-	var after []tollgate.Result // each rule's result if the request is granted
+	allowed := true
 	var delay int64
-	for _, r := range op.Rules {
-		k := modelKey{op.Key, r.Sub}
+	for i, r := range op.Rules {
 		if r.IsQuota() {
-			start, end := r.Quota.Bounds(wall)
-			period := start.UnixMicro()
-			use := m.quotas[k]
-			if use.period != period {
-				use = quotaUse{period: period}
+			if st[i].used+cost > r.Quota.Tokens {
+				allowed = false
 			}
-			left := end.UnixMicro() - now
-			// The quota as it is, without the request.
-			now := tollgate.Result{Remaining: r.Quota.Tokens - use.used}
-			if use.used > 0 {
-				now.ResetAfter = us(left)
-			}
-			if use.used+op.Cost <= r.Quota.Tokens {
-				now.Allowed = true
-				after = append(after, tollgate.Result{Allowed: true, Remaining: r.Quota.Tokens - use.used - op.Cost, ResetAfter: us(left)})
-				changes = append(changes, change{k: k, use: quotaUse{period, use.used + op.Cost}})
-			} else {
-				now.RetryAfter = us(left)
-				after = append(after, now)
-				op.Allowed = false
-			}
-			op.Results = append(op.Results, now)
-			op.Marks = append(op.Marks, period)
 			continue
 		}
 		interval := r.Limit.TokenInterval()
-		tolerance := r.Limit.Burst * interval
-		tat := max(m.buckets[k], now)
-		newTAT := tat + op.Cost*interval
-		ahead := newTAT - now
-		// The bucket as it is, without the request.
-		res := tollgate.Result{Remaining: max(tolerance-(tat-now), 0) / interval, ResetAfter: us(tat - now)}
-		switch {
-		case ahead <= tolerance:
-			res.Allowed = true
-			after = append(after, tollgate.Result{Allowed: true, Remaining: (tolerance - ahead) / interval, ResetAfter: us(ahead)})
-		case ahead-tolerance <= maxDelay:
-			res.Allowed = true
-			after = append(after, tollgate.Result{Allowed: true, ResetAfter: us(ahead)})
-			delay = max(delay, ahead-tolerance)
-		default:
-			res.RetryAfter = us(ahead - tolerance)
-			after = append(after, res)
-			op.Allowed = false
-		}
-		op.Results = append(op.Results, res)
-		op.Marks = append(op.Marks, newTAT)
-		changes = append(changes, change{k: k, bucket: true, tat: newTAT})
-	}
-	if !op.Allowed {
-		op.Marks = op.Marks[:0]
-		return nil
-	}
-	if op.Kind != tollgate.OpTake {
-		op.Marks = op.Marks[:0]
-		return nil
-	}
-	op.Delay = us(delay)
-	op.Results = append(op.Results[:0], after...)
-	for _, c := range changes {
-		if c.bucket {
-			m.buckets[c.k] = c.tat
-		} else {
-			m.quotas[c.k] = c.use
+		if wait := st[i].rel + cost*interval - r.Limit.Burst*interval; wait > 0 {
+			delay = max(delay, wait)
+			if wait > maxDelay {
+				allowed = false
+			}
 		}
 	}
-	return nil
+	granted := op.Kind == tollgate.OpTake && allowed
+	for i, r := range op.Rules {
+		if r.IsQuota() {
+			left := st[i].end - t
+			if granted {
+				m.used[periodKey(op.Key, r.Sub, st[i].start)] = st[i].used + cost
+				op.Results[i] = tollgate.Result{Allowed: true, Remaining: max(r.Quota.Tokens-st[i].used-cost, 0), ResetAfter: usec(left)}
+				op.Marks = append(op.Marks, st[i].start)
+				continue
+			}
+			over := st[i].used+cost > r.Quota.Tokens
+			res := tollgate.Result{Allowed: !over, Remaining: max(r.Quota.Tokens-st[i].used, 0)}
+			if over {
+				res.RetryAfter = usec(left)
+			}
+			if st[i].used > 0 {
+				res.ResetAfter = usec(left)
+			}
+			op.Results[i] = res
+			continue
+		}
+		interval := r.Limit.TokenInterval()
+		tol, need := r.Limit.Burst*interval, cost*interval
+		if granted {
+			ahead := st[i].rel + need
+			m.tats[bucketKey(op.Key, r.Sub)] = t + ahead
+			op.Results[i] = tollgate.Result{Allowed: true, Remaining: max(tol-ahead, 0) / interval, ResetAfter: usec(ahead)}
+			op.Marks = append(op.Marks, t+ahead)
+			continue
+		}
+		wait := st[i].rel + need - tol
+		op.Results[i] = tollgate.Result{Allowed: wait <= 0, Remaining: max(tol-st[i].rel, 0) / interval,
+			RetryAfter: usec(max(wait, 0)), ResetAfter: usec(st[i].rel)}
+	}
+	if op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect {
+		op.Allowed = allowed
+		if allowed {
+			op.Delay = usec(delay)
+		}
+	}
 }
 
-// cancel gives back what rule r of a granted OpTake took, as mark records
-// it: a bucket's TAT after the take, or a quota's period.
-func (m *Model) cancel(op *tollgate.Op, r tollgate.Rule, mark, now int64) {
-	k := modelKey{op.Key, r.Sub}
-	if r.IsQuota() {
-		if use, ok := m.quotas[k]; ok && use.period == mark {
-			use.used = max(use.used-op.Cost, 0)
-			m.quotas[k] = use
-		}
-		return
+func markOf(marks []int64, i int) int64 {
+	if i < len(marks) {
+		return marks[i]
 	}
-	interval := r.Limit.TokenInterval()
-	need := op.Cost * interval
-	if now >= mark-r.Limit.Burst*interval {
-		return // the reserved time has come: the tokens are spent
-	}
-	tat, ok := m.buckets[k]
-	if !ok || tat < mark {
-		return // reset meanwhile: nothing left to give back
-	}
-	// Later requests took (tat - mark) after this one; only what they do
-	// not depend on comes back.
-	restore := need - (tat - mark)
-	if restore <= 0 {
-		return
-	}
-	if tat-restore <= now {
-		delete(m.buckets, k)
-		return
-	}
-	m.buckets[k] = tat - restore
+	return 0
 }
 
-func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+func usec(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

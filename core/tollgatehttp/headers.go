@@ -23,9 +23,6 @@ const (
 	HeaderRetry     = "Retry-After"
 )
 
-// headerNames lists the headers in the order VisitHeaders reports them.
-var headerNames = [...]string{HeaderLimit, HeaderRemaining, HeaderReset, HeaderPolicy, HeaderRateLimit, HeaderRetry}
-
 // VisitHeaders calls set with each rate-limit response header of d and its
 // value, for frameworks that do not use http.Header (see WriteHeaders for
 // the fields). A decision without figures (fail-open or fail-closed) has no

@@ -22,7 +22,7 @@ var free = tollgate.DefaultPlans()[0]
 func newLimiter(t *testing.T, plan tollgate.Plan) (*tollgate.Limiter, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock()
-	l, err := tollgate.New(storetest.NewModel(clock.Now), tollgate.SinglePlan(plan),
+	l, err := tollgate.New(storetest.NewModelStore(clock.Now), tollgate.SinglePlan(plan),
 		adaptertest.WithClock(clock.Now), tollgate.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func TestPlanNames(t *testing.T) {
 	}
 	// A resolver that makes up an invalid plan gets a configuration error,
 	// which middleware answers 500, never a panic or a broken header.
-	l, err := tollgate.New(storetest.NewModel(time.Now), tollgate.PlanResolverFunc(
+	l, err := tollgate.New(storetest.NewModelStore(time.Now), tollgate.PlanResolverFunc(
 		func(context.Context, string) (tollgate.Plan, error) {
 			return tollgate.Plan{Name: strings.Repeat(`"`, 150), Limit: free.Limit}, nil
 		}), tollgate.WithLogger(nil))

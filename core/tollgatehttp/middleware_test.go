@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -43,15 +44,14 @@ func TestMiddlewareConformance(t *testing.T) {
 	})
 }
 
-func TestMiddlewareWithoutLimiterAnswers500(t *testing.T) {
-	h := tollgatehttp.Middleware(nil)(http.HandlerFunc(ok))
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
-	req.Header.Set("X-Tenant-ID", "t")
-	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusInternalServerError || rec.Body.String() == "ok" {
-		t.Fatalf("nil Limiter: %d %q, want 500 and no handler", rec.Code, rec.Body.String())
-	}
+func TestMiddlewareClientIP(t *testing.T) {
+	adaptertest.RunClientIP(t, func(t *testing.T, l *tollgate.Limiter, trusted []netip.Prefix) string {
+		mux := http.NewServeMux()
+		mux.Handle("GET /ip", tollgatehttp.Middleware(l, tollgatehttp.WithTenant(tollgatehttp.TenantFromClientIP(trusted...)))(http.HandlerFunc(ok)))
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	})
 }
 
 func TestMiddlewareNamesTheRouteOnlyForEvents(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 )
@@ -13,6 +14,11 @@ import (
 // function. It suits a gateway that sets the header from the authenticated
 // principal; a client can put anything in a header.
 const DefaultTenantHeader = "X-Tenant-ID"
+
+// canonicalTenantHeader is DefaultTenantHeader in the canonical form of
+// net/http, which finds it without first allocating that form anew on
+// every request; other frameworks match names in any case.
+var canonicalTenantHeader = http.CanonicalHeaderKey(DefaultTenantHeader)
 
 // A Spec is what every adapter's configuration means, defined once: each
 // adapter translates its framework's idiom (gin options, an Echo or Fiber
@@ -61,10 +67,10 @@ type Spec[C any] struct {
 // A Framework is what an adapter tells Build about its framework's
 // requests. Every function is required but Route.
 type Framework[C any] struct {
-	Context func(c C) context.Context    // the request's context, for the store call
-	Method  func(c C) string             // the request method, for events
+	Context func(c C) context.Context     // the request's context, for the store call
+	Method  func(c C) string              // the request method, for events
 	Header  func(c C, name string) string // a request header, for the default tenant
-	Route   func(c C) string             // the matched route pattern, for the default Route
+	Route   func(c C) string              // the matched route pattern, for the default Route
 }
 
 // A Handler decides on the requests of one framework as a Spec says. Build
@@ -104,7 +110,7 @@ func Build[C any](s Spec[C], fw Framework[C]) (*Handler[C], error) {
 	}
 	if h.tenant == nil {
 		header := fw.Header
-		h.tenant = func(c C) string { return header(c, DefaultTenantHeader) }
+		h.tenant = func(c C) string { return header(c, canonicalTenantHeader) }
 	}
 	route := s.Route
 	if route == nil {

@@ -17,7 +17,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-go/tollgate/core/redisstore"
 	"github.com/tollgate-go/tollgate/examples/internal/launch"
+	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 // bins holds the example app binaries by framework, built once by TestMain.
@@ -38,15 +40,27 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := testredis.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// redisURL is the Redis that CI guarantees; the Redis tests fail, rather
-// than skip, without it. Tenants are unique per run, so runs and other
-// tests sharing the database do not meet.
-const redisURL = "redis://127.0.0.1:6379/0"
+// redisURL returns the URL of the Redis the tests share (a throwaway
+// redis-server, or the one TOLLGATE_TEST_REDIS names) for a test that
+// uses tenant, and deletes the tenant's bucket from it when the test ends,
+// after the apps have stopped. Tenants are unique per run (unique), so runs
+// and other tests sharing the database do not meet.
+func redisURL(t *testing.T, tenant string) string {
+	t.Helper()
+	addr := testredis.Shared(t)
+	t.Cleanup(func() {
+		// The apps keep a tenant's bucket under the store's default prefix.
+		if _, err := testredis.DeleteKeys(addr, redisstore.DefaultPrefix+"{"+tenant+"}"); err != nil {
+			t.Error(err)
+		}
+	})
+	return "redis://" + addr + "/0"
+}
 
 // rateLimitHeaders are every header a limited response may carry.
 var rateLimitHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit", "Retry-After"}
@@ -304,7 +318,7 @@ func TestContract(t *testing.T) {
 					t.Fatalf("no throttle log line for %s: %v", tenant, err)
 				}
 				for k, want := range map[string]any{
-					"level": "WARN", "plan": "free", "route": "/api/hello", "method": "GET",
+					"level": "WARN", "plan": "free", "policy": "free", "route": "/api/hello", "method": "GET",
 					"limit": float64(20), "rate": float64(2), "cost": float64(1),
 				} {
 					if line[k] != want {
@@ -316,10 +330,10 @@ func TestContract(t *testing.T) {
 	}
 }
 
-// pingRedis fails the test if the Redis of redisURL does not answer.
-func pingRedis(t *testing.T) {
+// pingRedis fails the test if the Redis of url does not answer.
+func pingRedis(t *testing.T, url string) {
 	t.Helper()
-	opts, err := redis.ParseURL(redisURL)
+	opts, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,20 +342,30 @@ func pingRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		t.Fatalf("these tests need Redis at %s (.ci/run starts one): %v", redisURL, err)
+		t.Fatalf("the shared Redis at %s does not answer: %v", url, err)
 	}
 }
 
 // TestReplicasShareOneBudget runs two replicas of each app on one Redis and
 // checks that a free tenant gets 20 requests in all, not 20 from each.
 func TestReplicasShareOneBudget(t *testing.T) {
-	pingRedis(t)
+	// The apps' stores keep an epoch key beside the buckets (to notice a
+	// Redis that lost its data); it goes when every app has stopped, once
+	// the parallel subtests are done.
+	addr := testredis.Shared(t)
+	t.Cleanup(func() {
+		if _, err := testredis.DeleteKeys(addr, redisstore.DefaultPrefix+"{#epoch}"); err != nil {
+			t.Error(err)
+		}
+	})
 	for _, fw := range launch.Frameworks {
 		t.Run(fw, func(t *testing.T) {
 			t.Parallel()
-			replicas := []*launch.App{start(t, fw, "REDIS_URL="+redisURL), start(t, fw, "REDIS_URL="+redisURL)}
-			c := newClient()
 			tenant := unique(fw)
+			url := redisURL(t, tenant)
+			pingRedis(t, url)
+			replicas := []*launch.App{start(t, fw, "REDIS_URL="+url), start(t, fw, "REDIS_URL="+url)}
+			c := newClient()
 			allowed := make([]int, len(replicas))
 			failOpen := 0
 			began := time.Now()

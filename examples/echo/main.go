@@ -3,10 +3,12 @@
 //	go run ./examples/echo                                     # :8080, memory store
 //	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echo
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10, and
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the
+// plan and from the tenant's reports budget, 50 tokens an hour), and
 // GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
-// on the enterprise plan, globex on growth, initech on startup, anyone else
-// on free.
+// on the enterprise plan, globex on growth, initech on startup, umbrella on
+// trial (a burst of 10 at 5/s and 30 requests a UTC day), anyone else on
+// free.
 package main
 
 import (
@@ -52,7 +54,7 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	limit.Cost = 10
+	limit.Cost, limit.Budget = demo.ReportCost, demo.ReportsBudget
 	limitReports, err := limit.ToMiddleware()
 	if err != nil {
 		return err
@@ -116,7 +118,8 @@ func hello(c echo.Context) error {
 }
 
 // createReport stands in for expensive work, which is why it costs 10
-// tokens.
+// tokens and draws from a budget of its own: a tenant can not spend its
+// whole plan on reports.
 func createReport(c echo.Context) error {
 	tenant, _ := c.Get(tenantKey).(string)
 	return c.JSON(http.StatusAccepted, map[string]string{"status": "queued", "tenant": tenant})

@@ -3,10 +3,12 @@
 //	go run ./examples/fiberv3                                  # :8080, memory store
 //	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/fiberv3
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10, and
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the
+// plan and from the tenant's reports budget, 50 tokens an hour), and
 // GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
-// on the enterprise plan, globex on growth, initech on startup, anyone else
-// on free.
+// on the enterprise plan, globex on growth, initech on startup, umbrella on
+// trial (a burst of 10 at 5/s and 30 requests a UTC day), anyone else on
+// free.
 package main
 
 import (
@@ -47,7 +49,8 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	// (not on the group), it names the full route in throttle logs.
 	byTenant := tollgatefiberv3.TenantFromContext(tenantKey)
 	limitHello := tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: limiter, Tenant: byTenant})
-	limitReports := tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: limiter, Tenant: byTenant, Cost: 10})
+	limitReports := tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: limiter, Tenant: byTenant,
+		Cost: demo.ReportCost, Budget: demo.ReportsBudget})
 
 	app := fiber.New(fiber.Config{ReadTimeout: 30 * time.Second})
 	app.Use(recover.New())
@@ -105,7 +108,8 @@ func hello(c fiber.Ctx) error {
 }
 
 // createReport stands in for expensive work, which is why it costs 10
-// tokens.
+// tokens and draws from a budget of its own: a tenant can not spend its
+// whole plan on reports.
 func createReport(c fiber.Ctx) error {
 	tenant, _ := c.Locals(tenantKey).(string)
 	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"status": "queued", "tenant": tenant})

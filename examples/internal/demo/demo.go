@@ -1,4 +1,4 @@
-// Package demo is the set-up that the four example apps share and that has
+// Package demo is the set-up that the six example apps share and that has
 // nothing to do with their web framework: the environment they read, the
 // JSON logger, the demo tenants and their plans, the choice between the
 // in-process and the Redis store, and the listening socket.
@@ -8,10 +8,13 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,17 +63,44 @@ func NewLogger() *slog.Logger {
 // other tenant is on the free plan.
 func Tenants() map[string]string {
 	return map[string]string{
-		"acme":    tollgate.Enterprise.Name,
-		"globex":  tollgate.Growth.Name,
-		"initech": tollgate.Startup.Name,
+		"acme":     "enterprise",
+		"globex":   "growth",
+		"initech":  "startup",
+		"umbrella": "trial",
 	}
 }
 
 // DefaultPlan is the plan of every tenant that Tenants does not name.
 const DefaultPlan = "free"
 
-// Plans returns the PlanResolver of the demo: the default plans, assigned
-// as Tenants says.
+// ReportsBudget is the budget that POST /api/reports draws from, beside
+// the tenant's plan, and ReportCost what one report takes from both.
+const (
+	ReportsBudget = "reports"
+	ReportCost    = 10
+)
+
+// reports is the reports budget of every plan: 50 tokens an hour, which is
+// five reports, refilled one token every 72 seconds.
+var reports = tollgate.Policy{Budget: ReportsBudget, Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}}
+
+// PlanList returns the demo's plans: tollgate's default plans and a trial
+// plan (a burst of 10 at 5 a second, and 30 requests per UTC day), each
+// with the reports budget.
+func PlanList() []tollgate.Plan {
+	plans := append(tollgate.DefaultPlans(), tollgate.Plan{
+		Name:     "trial",
+		Limit:    tollgate.Limit{Rate: 5, Burst: 10},
+		Policies: []tollgate.Policy{{Quota: tollgate.PerDay(30)}},
+	})
+	for i := range plans {
+		plans[i].Policies = append(plans[i].Policies, reports)
+	}
+	return plans
+}
+
+// Plans returns the PlanResolver of the demo: PlanList, assigned as Tenants
+// says.
 //
 // A real application keeps each tenant's plan in its database and resolves
 // it through a cache, so that the database sees one query per tenant per
@@ -83,7 +113,7 @@ const DefaultPlan = "free"
 //
 // and calls plans.Invalidate(tenant) when a tenant changes plan.
 func Plans() (*tollgate.StaticResolver, error) {
-	return tollgate.NewStaticResolver(tollgate.DefaultPlans(), DefaultPlan, Tenants())
+	return tollgate.NewStaticResolver(PlanList(), DefaultPlan, Tenants())
 }
 
 // PlanOf returns the plan that Plans gives tenant.
@@ -95,6 +125,23 @@ func PlanOf(tenant string) (tollgate.Plan, error) {
 	return plans.ResolvePlan(context.Background(), tenant)
 }
 
+// Policies reports whether store can apply plans with several policies
+// (quotas and budgets), which takes a tollgate.MultiStore.
+func Policies(store tollgate.Store) bool {
+	_, ok := store.(tollgate.MultiStore)
+	return ok
+}
+
+// bucketsOnly returns plans without their further policies: each its token
+// bucket alone.
+func bucketsOnly(plans []tollgate.Plan) []tollgate.Plan {
+	out := make([]tollgate.Plan, len(plans))
+	for i, p := range plans {
+		out[i] = tollgate.Plan{Name: p.Name, Limit: p.Limit}
+	}
+	return out
+}
+
 // NewLimiter returns the apps' Limiter and a function that releases what it
 // holds. Buckets live in memory unless cfg.RedisURL is set; then they live
 // in Redis, shared by every replica that uses the same Redis.
@@ -104,12 +151,23 @@ func PlanOf(tenant string) (tollgate.Plan, error) {
 // without rate-limit headers, until Redis answers again. Throttled requests
 // are logged on logger as JSON lines.
 func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, func(), error) {
-	plans, err := Plans()
+	store, closeStore, err := newStore(ctx, cfg.RedisURL, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, closeStore, err := newStore(ctx, cfg.RedisURL, logger)
+	list := PlanList()
+	if !Policies(store) {
+		// A store that keeps one token bucket per tenant can not apply
+		// the trial's daily quota or the reports budget: serve the
+		// plans' buckets, and say so, rather than refuse those
+		// requests.
+		logger.Warn("the store applies a single token bucket per tenant (it is not a tollgate.MultiStore): daily quotas and budgets are off",
+			slog.String("store", fmt.Sprintf("%T", store)))
+		list = bucketsOnly(list)
+	}
+	plans, err := tollgate.NewStaticResolver(list, DefaultPlan, Tenants())
 	if err != nil {
+		closeStore()
 		return nil, nil, err
 	}
 	l, err := tollgate.New(store, plans,
@@ -132,10 +190,9 @@ func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollga
 			slog.String("store", "memory"))
 		return memory.New(), func() {}, nil
 	}
-	opts, err := redis.ParseURL(redisURL)
+	opts, err := ParseRedisURL(redisURL)
 	if err != nil {
-		// The URL may hold a password: do not echo it.
-		return nil, nil, fmt.Errorf("REDIS_URL is not a redis:// URL: %w", err)
+		return nil, nil, err
 	}
 	// go-redis writes its own messages (failed dials, mostly) as plain
 	// lines on stderr; send them to the JSON log with everything else.
@@ -167,6 +224,51 @@ func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollga
 	return store, func() { client.Close() }, nil
 }
 
+// ParseRedisURL reads a redis:// or rediss:// URL such as REDIS_URL. Its
+// errors name the part of the URL at fault and never its user or password:
+// they reach logs, and a password in a log is a leaked password. (The
+// parser's own errors quote the whole URL.)
+func ParseRedisURL(raw string) (*redis.Options, error) {
+	redacted := redactUserinfo(raw)
+	if _, err := redis.ParseURL(redacted); err != nil {
+		// The redacted URL holds no secret, but say only what the
+		// parser found wrong, without quoting the URL.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("REDIS_URL is not a valid redis:// URL: %v", err)
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		// Only the user or password can be at fault now.
+		return nil, errors.New("REDIS_URL: the user or password (before the @) is not valid in a URL: percent-encode reserved characters")
+	}
+	return opts, nil
+}
+
+// redactUserinfo returns raw with its user and password part ("user:pw" of
+// "redis://user:pw@host/0") replaced by a placeholder of the same shape.
+func redactUserinfo(raw string) string {
+	prefix, rest := "", raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		prefix, rest = raw[:i+3], raw[i+3:]
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return raw
+	}
+	placeholder := "user"
+	if strings.Contains(authority[:at], ":") {
+		placeholder = "user:password"
+	}
+	return prefix + placeholder + rest[at:]
+}
+
 // redisLogger adapts a slog.Logger to go-redis's logging interface.
 type redisLogger struct{ l *slog.Logger }
 
@@ -185,8 +287,9 @@ func Listen(addr string, logger *slog.Logger) (net.Listener, error) {
 	return ln, nil
 }
 
-// Budget returns the tokens that plan p lets one tenant spend over elapsed,
-// starting from a full bucket: the burst plus what refills meanwhile.
+// Budget returns the tokens that plan p's token bucket lets one tenant
+// spend over elapsed, starting from a full bucket: the burst plus what
+// refills meanwhile.
 func Budget(p tollgate.Plan, elapsed time.Duration) float64 {
 	return float64(p.Limit.Burst) + p.Limit.Rate*elapsed.Seconds()
 }

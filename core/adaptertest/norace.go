@@ -1,5 +1,5 @@
 //go:build !race
 
-package tollgatefiberv3_test
+package adaptertest
 
 const raceEnabled = false

@@ -1,0 +1,23 @@
+package memory
+
+import "os"
+
+// rdtsc reads the CPU's time-stamp counter.
+func rdtsc() int64
+
+func cpuid(leaf uint32) (eax, ebx, ecx, edx uint32)
+
+// tscUsable reports whether the time-stamp counter ticks at a constant
+// rate in every state of the CPU (invariant TSC) and the kernel keeps its
+// own clock on it, which it does only once it has found the counters of all
+// CPUs in step.
+func tscUsable() bool {
+	if max, _, _, _ := cpuid(0x80000000); max < 0x80000007 {
+		return false
+	}
+	if _, _, _, edx := cpuid(0x80000007); edx&(1<<8) == 0 {
+		return false
+	}
+	src, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+	return err == nil && string(src) == "tsc\n"
+}

@@ -1,0 +1,259 @@
+package redisstore
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+)
+
+// A call is one Op on its way to Redis: a Take (an OpTake of one rule) or a
+// Do.
+type call struct {
+	op     *tollgate.Op
+	tenant string   // the Redis key of the tenant's main bucket: its hash tag is every rule's
+	keys   []string // the rules' keys, as the script takes them (two per quota)
+	bounds []bounds // per quota rule, in rule order: its candidate periods
+
+	deadline time.Time // when the caller stops waiting
+	trip     atomic.Pointer[trip]
+
+	// Written by whoever answers the call, before done is closed.
+	err error
+
+	state atomic.Int32
+	done  chan struct{}
+
+	// The call's own Op, which op points to: a Take's, or a copy of a
+	// Do's (see Store.Do). The arrays are room for it, so that a call
+	// costs one allocation for a Take and few for a Do.
+	takeOp     tollgate.Op
+	takeRule   [1]tollgate.Rule
+	takeResult [1]tollgate.Result
+	takeKey    [1]string
+	ownRules   [4]tollgate.Rule
+	ownResults [4]tollgate.Result
+	ownMarks   [4]int64
+}
+
+// A call's state: whoever writes its answer (into its Op, or err) claims
+// it first, so that a caller that gave up can reuse its Op at once.
+const (
+	callPending   int32 = iota
+	callAnswering       // claimed: its answer is being written
+	callDelivered
+	callAbandoned // its caller gave up
+)
+
+// claim reserves the right to answer c; it fails if c was answered or
+// abandoned.
+func (c *call) claim() bool { return c.state.CompareAndSwap(callPending, callAnswering) }
+
+// release hands the answer written after claim to the caller.
+func (c *call) release() {
+	c.state.Store(callDelivered)
+	close(c.done)
+}
+
+// fail answers c with err, unless it was answered or abandoned.
+func (c *call) fail(err error) bool {
+	if !c.claim() {
+		return false
+	}
+	c.err = err
+	c.release()
+	return true
+}
+
+func timeoutErr(c *call) error {
+	return fmt.Errorf("%w: no answer by the call's deadline", ErrUnavailable)
+}
+
+// bounds are a quota's candidate periods [b0, b1) and [b1, b2), in
+// microseconds since the Unix epoch, around the Store's own clock: the
+// period that holds the local now and its nearest neighbour. The script
+// picks the one that holds Redis's now.
+type bounds struct{ b0, b1, b2 int64 }
+
+// A boundsCache remembers each quota's candidate periods for the half
+// period during which they stay the same, so that a decision does not
+// compute calendar dates. It is safe for concurrent use.
+type boundsCache struct{ m sync.Map } // tollgate.Quota -> *cachedBounds
+
+type cachedBounds struct {
+	b        bounds
+	from, to int64 // µs: the local times for which b holds
+}
+
+// get returns quotaBounds(q, now).
+func (c *boundsCache) get(q tollgate.Quota, now time.Time) bounds {
+	t := now.UnixMicro()
+	if v, ok := c.m.Load(q); ok {
+		if e := v.(*cachedBounds); t >= e.from && t < e.to {
+			return e.b
+		}
+	}
+	b := quotaBounds(q, now)
+	// b stays the same while now is in the same half of the same period:
+	// the first half of [b1, b2) or the second half of [b0, b1). Near the
+	// middle either neighbour would do: the script needs only that
+	// Redis's clock falls in one of the two periods.
+	e := &cachedBounds{b: b}
+	if t >= b.b1 {
+		e.from, e.to = b.b1, b.b1+(b.b2-b.b1)/2
+	} else {
+		e.from, e.to = b.b0+(b.b1-b.b0)/2, b.b1
+	}
+	c.m.Store(q, e)
+	return b
+}
+
+func quotaBounds(q tollgate.Quota, now time.Time) bounds {
+	start, end := q.Bounds(now)
+	if now.Sub(start) < end.Sub(now) {
+		prev, _ := q.Bounds(start.Add(-time.Nanosecond))
+		return bounds{prev.UnixMicro(), start.UnixMicro(), end.UnixMicro()}
+	}
+	_, next := q.Bounds(end)
+	return bounds{start.UnixMicro(), end.UnixMicro(), next.UnixMicro()}
+}
+
+// ruleKey returns the key of a rule's state: the tenant's main key for Sub
+// "", else the main key, ':' and Sub; the hash tag stays the tenant's.
+func ruleKey(tenant, sub string) string {
+	if sub == "" {
+		return tenant
+	}
+	return tenant + ":" + sub
+}
+
+// quotaKey returns the key of a quota's period that starts at start (µs).
+func quotaKey(tenant, sub string, start int64) string {
+	return ruleKey(tenant, sub) + ":" + strconv.FormatInt(start/1e6, 10)
+}
+
+// prepareKeys fills in c.keys and c.bounds for c.op at now (local time),
+// with the quotas' candidate periods from cache.
+func (c *call) prepareKeys(now time.Time, cache *boundsCache) {
+	op := c.op
+	for i, r := range op.Rules {
+		if !r.IsQuota() {
+			c.keys = append(c.keys, ruleKey(c.tenant, r.Sub))
+			continue
+		}
+		var b bounds
+		if op.Kind == tollgate.OpCancel {
+			// The period the reservation counted in, from its mark.
+			var start int64
+			if i < len(op.Marks) {
+				start = op.Marks[i]
+			}
+			_, end := r.Quota.Bounds(time.UnixMicro(start))
+			b = bounds{start, end.UnixMicro(), end.UnixMicro()}
+			k := quotaKey(c.tenant, r.Sub, start)
+			c.keys = append(c.keys, k, k)
+		} else {
+			b = cache.get(r.Quota, now)
+			c.keys = append(c.keys, quotaKey(c.tenant, r.Sub, b.b0), quotaKey(c.tenant, r.Sub, b.b1))
+		}
+		c.bounds = append(c.bounds, b)
+	}
+}
+
+// appendScript appends c's keys and arguments to a script call's (see
+// opScript).
+func (c *call) appendScript(keys []string, args []any) ([]string, []any) {
+	op := c.op
+	keys = append(keys, c.keys...)
+	header := int(op.Kind) + 8*len(op.Rules)
+	if op.MaxDelay > 0 && (op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect) {
+		args = append(args, header+4, min(op.MaxDelay, tollgate.MaxWindow).Microseconds())
+	} else {
+		args = append(args, header)
+	}
+	cancel := op.Kind == tollgate.OpCancel
+	q := 0
+	for i, r := range op.Rules {
+		if !r.IsQuota() {
+			interval := r.Limit.TokenInterval()
+			args = append(args, r.Limit.Burst*interval, op.Cost*interval)
+		} else {
+			b := c.bounds[q]
+			q++
+			args = append(args, -r.Quota.Tokens, op.Cost, b.b0, b.b1, b.b2)
+		}
+		if cancel {
+			var mark int64
+			if i < len(op.Marks) {
+				mark = op.Marks[i]
+			}
+			args = append(args, mark)
+		}
+	}
+	return keys, args
+}
+
+// A trip is one round trip to Redis. Its watchdog answers each of its
+// calls with a timeout error at the call's own deadline if Redis has not
+// answered by then, and counts the round trip as failed (once).
+type trip struct {
+	state atomic.Int32
+	sent  int64 // µs on the Store's monotonic clock
+	s     *Store
+	calls []*call
+	timer *time.Timer
+}
+
+// watch arms the watchdog for the earliest deadline of the trip's calls.
+func (tr *trip) watch() {
+	next := tr.calls[0].deadline
+	for _, c := range tr.calls[1:] {
+		if c.deadline.Before(next) {
+			next = c.deadline
+		}
+	}
+	// Armed once assigned: fire reads tr.timer.
+	tr.timer = time.AfterFunc(time.Duration(math.MaxInt64), tr.fire)
+	tr.timer.Reset(time.Until(next))
+}
+
+// fire answers the calls whose deadlines have passed and re-arms for the
+// next.
+func (tr *trip) fire() {
+	now := time.Now()
+	var next time.Time
+	expired := false
+	for _, c := range tr.calls {
+		if c.state.Load() != callPending {
+			continue
+		}
+		if !now.Before(c.deadline) {
+			expired = true
+		} else if next.IsZero() || c.deadline.Before(next) {
+			next = c.deadline
+		}
+	}
+	// Counted before the callers hear of it: a caller's next call must
+	// find the failure recorded.
+	if expired && tr.state.CompareAndSwap(tripInFlight, tripLate) {
+		tr.s.breaker.failure(micros(tr.s.mono()), tr.sent)
+	}
+	for _, c := range tr.calls {
+		if c.state.Load() == callPending && !now.Before(c.deadline) {
+			c.fail(timeoutErr(c))
+		}
+	}
+	if !next.IsZero() {
+		tr.timer.Reset(time.Until(next))
+	}
+}
+
+const (
+	tripInFlight int32 = iota
+	tripBack           // answered before any of its callers' deadlines
+	tripLate           // a caller's deadline passed first: counted as a failure
+)

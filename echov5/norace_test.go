@@ -1,5 +1,0 @@
-//go:build !race
-
-package tollgateechov5_test
-
-const raceEnabled = false

@@ -1,0 +1,8 @@
+package testredis
+
+import (
+	"os"
+	"testing"
+)
+
+func TestMain(m *testing.M) { os.Exit(Run(m)) }
