@@ -208,17 +208,23 @@ type trip struct {
 	timer *time.Timer
 }
 
-// watch arms the watchdog for the earliest deadline of the trip's calls.
-func (tr *trip) watch() {
+// watch arms the watchdog, at wall, for the earliest deadline of the trip's
+// calls.
+func (tr *trip) watch(wall time.Time, r *runner) {
 	next := tr.calls[0].deadline
 	for _, c := range tr.calls[1:] {
 		if c.deadline.Before(next) {
 			next = c.deadline
 		}
 	}
-	// Armed once assigned: fire reads tr.timer.
-	tr.timer = time.AfterFunc(time.Duration(math.MaxInt64), tr.fire)
-	tr.timer.Reset(time.Until(next))
+	// The runner's timer, made once and armed once assigned: fire reads
+	// tr.timer.
+	if r.timer == nil {
+		r.timer = time.AfterFunc(time.Duration(math.MaxInt64), r.fire)
+	}
+	tr.timer = r.timer
+	r.trip.Store(tr)
+	tr.timer.Reset(next.Sub(wall))
 }
 
 // fire answers the calls whose deadlines have passed and re-arms for the

@@ -287,6 +287,18 @@ func (s *Store) wallNow() time.Time {
 // the breaker even in tests.
 func (s *Store) mono() time.Duration { return time.Since(s.realBase) }
 
+// clocks returns, from one reading of the clock (which costs more than the
+// rest of a decision's bookkeeping on some virtual machines), the wall time,
+// the denial cache's time (see now) and the monotonic time (see mono).
+func (s *Store) clocks() (wall time.Time, local int64, mono time.Duration) {
+	wall = time.Now()
+	mono = wall.Sub(s.realBase)
+	if s.localClock != nil {
+		return wall, s.now(), mono
+	}
+	return wall, int64(wall.Sub(s.base) / time.Microsecond), mono
+}
+
 // Key returns the Redis key that holds the main bucket of key, for looking
 // at a tenant's bucket with redis-cli: the prefix, then a hash tag that is
 // key itself when it is short printable ASCII without braces, and otherwise
@@ -311,11 +323,18 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 	if err := limit.CheckCost(cost); err != nil {
 		return tollgate.Result{}, err
 	}
+	tenant := redisKey(s.prefix, key)
+	if s.sub.confirmed.Load() {
+		// A tenant over its limit costs no allocation beyond its key.
+		if r, ok := s.cache.answerBucket(tenant, limit, cost, s.now()); ok {
+			return r, nil
+		}
+	}
 	c := &call{}
 	c.takeRule[0] = tollgate.Rule{Limit: limit}
 	c.takeOp = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: c.takeRule[:], Cost: cost, Results: c.takeResult[:0]}
 	c.op = &c.takeOp
-	c.tenant = redisKey(s.prefix, key)
+	c.tenant = tenant
 	c.takeKey[0] = c.tenant
 	c.keys = c.takeKey[:]
 	if err := s.do(ctx, c, time.Time{}); err != nil {
@@ -370,8 +389,9 @@ var (
 // the answer until its deadline.
 func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 	kind := c.op.Kind
+	wall, local, mono := s.clocks()
 	if kind == tollgate.OpTake || kind == tollgate.OpInspect {
-		if s.cached(c, s.now()) {
+		if s.cached(c, local) {
 			return nil
 		}
 	} else {
@@ -379,22 +399,22 @@ func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 		// others through the announcement.
 		s.cache.forget(c.tenant)
 	}
-	if !s.breaker.allow(micros(s.mono())) {
+	if !s.breaker.allow(micros(mono)) {
 		return errCircuitOpen
 	}
 	if deadline.IsZero() {
 		if d, ok := ctx.Deadline(); ok {
 			deadline = d
 		} else {
-			deadline = time.Now().Add(tollgate.DefaultStoreTimeout)
+			deadline = wall.Add(tollgate.DefaultStoreTimeout)
 		}
 	}
-	if !time.Now().Before(deadline) {
+	if !wall.Before(deadline) {
 		return fmt.Errorf("%w: the deadline had passed before the call was sent", ErrUnavailable)
 	}
 	c.deadline = deadline
 	c.done = make(chan struct{})
-	if !s.submit(c) {
+	if !s.submit(c, mono) {
 		return errQueueFull
 	}
 	// The Store answers c by its deadline (see trip and kickQueue), so the
@@ -435,7 +455,7 @@ var errAbandoned = errors.New("abandoned")
 // submit queues c and starts a round trip if none is in flight, if those in
 // flight are slow, or if enough calls wait. It reports false if too many
 // calls wait already.
-func (s *Store) submit(c *call) bool {
+func (s *Store) submit(c *call, mono time.Duration) bool {
 	s.mu.Lock()
 	if len(s.queue) >= maxQueued {
 		s.mu.Unlock()
@@ -445,7 +465,6 @@ func (s *Store) submit(c *call) bool {
 	if s.queueDeadline.IsZero() || c.deadline.Before(s.queueDeadline) {
 		s.queueDeadline = c.deadline
 	}
-	mono := s.mono()
 	if s.inflight == 0 ||
 		s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter() ||
 		s.inflight < 2 && len(s.queue) >= secondTrip {
@@ -549,24 +568,29 @@ const lingerFor = time.Second
 
 // run makes round trips until no call waits, then lingers (see lingerFor).
 func (s *Store) run(batch []*call) {
-	var linger *time.Timer
+	r := &runner{}
+	// The linger timer is armed once and re-armed only when it fires
+	// early: a busy runner touches no timer between round trips.
+	linger := time.NewTimer(lingerFor)
+	defer linger.Stop()
+	var lastActive time.Duration
 	for {
-		s.roundTrip(batch)
+		s.roundTrip(batch, r)
 		if batch = s.next(); batch != nil {
 			continue
 		}
+		lastActive = s.mono()
 		s.mu.Lock()
 		s.idle++
 		s.mu.Unlock()
-		if linger == nil {
-			linger = time.NewTimer(lingerFor)
-		} else {
-			linger.Reset(lingerFor)
-		}
+	wait:
 		select {
 		case batch = <-s.work:
-			linger.Stop()
 		case <-linger.C:
+			if idle := s.mono() - lastActive; idle < lingerFor {
+				linger.Reset(lingerFor - idle)
+				goto wait
+			}
 			s.mu.Lock()
 			if s.idle > 0 {
 				s.idle--
@@ -576,7 +600,21 @@ func (s *Store) run(batch []*call) {
 			// A batch is on its way to an idle runner: this one.
 			s.mu.Unlock()
 			batch = <-s.work
+			linger.Reset(lingerFor)
 		}
+	}
+}
+
+// A runner is what a goroutine that makes round trips keeps between them:
+// the timer of its trips' watchdog, armed for each trip.
+type runner struct {
+	timer *time.Timer
+	trip  atomic.Pointer[trip]
+}
+
+func (r *runner) fire() {
+	if tr := r.trip.Load(); tr != nil {
+		tr.fire()
 	}
 }
 
@@ -614,9 +652,7 @@ func (s *Store) takeQueue() []*call {
 // prepare answers the calls of a batch that the denial cache now can, fails
 // those whose deadlines have passed, drops those whose callers gave up, and
 // returns the rest.
-func (s *Store) prepare(batch []*call) []*call {
-	now := s.now()
-	wall := time.Now()
+func (s *Store) prepare(batch []*call, wall time.Time, now int64) []*call {
 	kept := batch[:0]
 	for _, c := range batch {
 		if c.state.Load() != callPending {
@@ -643,28 +679,29 @@ func (s *Store) prepare(batch []*call) []*call {
 // connection, whatever its callers do meanwhile: its watchdog answers each
 // call at its deadline (see trip), and the round trip's answers then go to
 // the calls still waiting.
-func (s *Store) roundTrip(batch []*call) {
-	batch = s.prepare(batch)
+func (s *Store) roundTrip(batch []*call, r *runner) {
+	wall, sent, sentMono := s.clocks()
+	batch = s.prepare(batch, wall, sent)
 	if len(batch) == 0 {
 		return
 	}
 	epoch := s.epoch.check(s)
-	sent, sentMono := s.now(), s.mono()
 	tr := &trip{sent: micros(sentMono), s: s, calls: batch}
 	for _, c := range batch {
 		c.trip.Store(tr)
 	}
-	tr.watch()
+	tr.watch(wall, r)
 	groups, err := s.exec(context.Background(), batch, epoch)
 	tr.timer.Stop()
-	recv := s.now()
+	r.trip.Store(nil)
+	_, recv, recvMono := s.clocks()
 	if tr.state.CompareAndSwap(tripInFlight, tripBack) {
 		switch {
 		case err == nil:
 			s.breaker.success()
-			s.rtt.observe(s.mono() - sentMono)
+			s.rtt.observe(recvMono - sentMono)
 		case !isMisconfig(err):
-			s.breaker.failure(micros(s.mono()), tr.sent)
+			s.breaker.failure(micros(recvMono), tr.sent)
 		}
 	}
 	if epoch != nil {
