@@ -18,6 +18,7 @@ require (
 	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/tinylib/msgp v1.6.3 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 require (
@@ -63,6 +64,7 @@ require (
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/fiberv3 v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
+	github.com/tollgate-go/tollgate/grpc v0.0.0
 	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
@@ -73,12 +75,13 @@ require (
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
-	golang.org/x/crypto v0.54.0 // indirect
-	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.40.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.16.0
-	google.golang.org/protobuf v1.36.10 // indirect
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/tollgate-go/tollgate/core => ../core
@@ -96,5 +99,7 @@ replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
 replace github.com/tollgate-go/tollgate/echov5 => ../echov5
 
 replace github.com/tollgate-go/tollgate/fiberv3 => ../fiberv3
+
+replace github.com/tollgate-go/tollgate/grpc => ../grpc
 
 replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis

@@ -21,7 +21,8 @@ type ThrottleEvent struct {
 // one structured line per throttled request to logger, at level Warn, with
 // tenant_id, plan, policy (the one that denied), limit and rate (its burst
 // and rate, or its quota and period), cost, budget, remaining,
-// retry_after_ms, method and route.
+// retry_after_ms, method and route. In shadow mode (WithShadow) the message
+// says that the request would have been throttled.
 //
 // Lines are sampled per tenant: at most one per tenant per interval, carrying
 // in "suppressed" how many throttled requests of that tenant went unlogged
@@ -59,7 +60,13 @@ func (t *throttleLog) log(ctx context.Context, e ThrottleEvent) {
 		return
 	}
 	limit, rate := policyFigures(&e.Decision)
-	t.logger.LogAttrs(ctx, slog.LevelWarn, "request throttled",
+	msg := "request throttled"
+	if e.Shadow {
+		// Shadow mode let it through: the line says what enforcing
+		// would have done.
+		msg = "request would be throttled (shadow mode)"
+	}
+	t.logger.LogAttrs(ctx, slog.LevelWarn, msg,
 		slog.String("tenant_id", e.Tenant),
 		slog.String("plan", e.Plan.Name),
 		slog.String("policy", e.Policy),

@@ -460,3 +460,7 @@ func TestFallbackFiguresDescribeTheFallbackBucket(t *testing.T) {
 		t.Fatalf("fallback policies %+v remaining %d, want the halved free bucket (10 at 1/s)", p, d.Remaining)
 	}
 }
+
+func storetestModel() *storetest.ModelStore { return storetest.NewModelStore(time.Now) }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -16,7 +16,11 @@ require (
 	github.com/tollgate-go/tollgate/echo v0.0.0
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
+	github.com/tollgate-go/tollgate/grpc v0.0.0
 	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -65,12 +69,11 @@ require (
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
-	golang.org/x/crypto v0.54.0 // indirect
-	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.40.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	google.golang.org/protobuf v1.36.10 // indirect
 )
 
 replace (
@@ -80,6 +83,7 @@ replace (
 	github.com/tollgate-go/tollgate/echo => ../echo
 	github.com/tollgate-go/tollgate/fiber => ../fiber
 	github.com/tollgate-go/tollgate/gin => ../gin
+	github.com/tollgate-go/tollgate/grpc => ../grpc
 	github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
 )
 

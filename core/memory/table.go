@@ -81,7 +81,8 @@ type lookup struct {
 //go:linkname memhash runtime.memhash
 func memhash(p unsafe.Pointer, seed, length uintptr) uintptr
 
-// set makes k the lookup of s under the hash seed.
+// set makes k the lookup of s under the hash seed, which is secret, so that
+// clients cannot choose keys that land in one shard or one run of slots.
 func (k *lookup) set(seed uintptr, s string) {
 	flag := uint64(0)
 	p := unsafe.Pointer(unsafe.StringData(s))

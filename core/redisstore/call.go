@@ -18,6 +18,10 @@ type call struct {
 	tenant string   // the Redis key of the tenant's main bucket: its hash tag is every rule's
 	keys   []string // the rules' keys, as the script takes them (two per quota)
 	bounds []bounds // per quota rule, in rule order: its candidate periods
+	args   []any    // the script's arguments for the Op (see encode)
+	rules  int      // the Op's number of rules
+	kind   tollgate.OpKind
+	argBuf [3]any // room for a Take's arguments
 
 	deadline time.Time // when the caller stops waiting
 	trip     atomic.Pointer[trip]
@@ -164,11 +168,19 @@ func (c *call) prepareKeys(now time.Time, cache *boundsCache) {
 	}
 }
 
-// appendScript appends c's keys and arguments to a script call's (see
-// opScript).
-func (c *call) appendScript(keys []string, args []any) ([]string, []any) {
+// encode fills in c.args, the script's arguments for c's Op (see
+// opScript), and c.rules. It runs in the caller's goroutine, before c is
+// sent: once a caller has given up, its Op may be reused at once (the
+// Limiter pools them), so the goroutine that sends c reads nothing of the
+// Op until it has claimed c.
+func (c *call) encode() {
+	c.rules, c.kind = len(c.op.Rules), c.op.Kind
+	c.args = c.appendArgs(c.argBuf[:0])
+}
+
+// appendArgs appends the script's arguments for c's Op to args.
+func (c *call) appendArgs(args []any) []any {
 	op := c.op
-	keys = append(keys, c.keys...)
 	header := int(op.Kind) + 8*len(op.Rules)
 	if op.MaxDelay > 0 && (op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect) {
 		args = append(args, header+4, min(op.MaxDelay, tollgate.MaxWindow).Microseconds())
@@ -194,7 +206,7 @@ func (c *call) appendScript(keys []string, args []any) ([]string, []any) {
 			args = append(args, mark)
 		}
 	}
-	return keys, args
+	return args
 }
 
 // A trip is one round trip to Redis. Its watchdog answers each of its

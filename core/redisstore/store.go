@@ -414,6 +414,7 @@ func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 	}
 	c.deadline = deadline
 	c.done = make(chan struct{})
+	c.encode()
 	if !s.submit(c, mono) {
 		return errQueueFull
 	}
@@ -662,7 +663,7 @@ func (s *Store) prepare(batch []*call, wall time.Time, now int64) []*call {
 			c.fail(timeoutErr(c))
 			continue
 		}
-		if k := c.op.Kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
+		if k := c.kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
 			if s.cache.answer(c, now) {
 				c.release()
 				continue
