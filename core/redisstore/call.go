@@ -33,15 +33,25 @@ type call struct {
 	done  chan struct{}
 
 	// The call's own Op, which op points to: a Take's, or a copy of a
-	// Do's (see Store.Do). The arrays are room for it, so that a call
-	// costs one allocation for a Take and few for a Do.
-	takeOp     tollgate.Op
-	takeRule   [1]tollgate.Rule
-	takeResult [1]tollgate.Result
-	takeKey    [1]string
-	ownRules   [4]tollgate.Rule
-	ownResults [4]tollgate.Result
-	ownMarks   [4]int64
+	// Do's (see Store.Do).
+	own tollgate.Op
+}
+
+// A takeCall is a call with room for a Take's Op, so that a Take costs one
+// allocation.
+type takeCall struct {
+	call
+	rule   [1]tollgate.Rule
+	result [1]tollgate.Result
+	key    [1]string
+}
+
+// A doCall is a call with room for a copy of a Do's Op of up to four rules.
+type doCall struct {
+	call
+	rules   [4]tollgate.Rule
+	results [4]tollgate.Result
+	marks   [4]int64
 }
 
 // A call's state: whoever writes its answer (into its Op, or err) claims

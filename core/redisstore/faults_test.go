@@ -87,7 +87,9 @@ func TestFaultSilentRedis(t *testing.T) {
 		}
 		t.Logf("%d decisions: the first %d waited up to %v; after them %d answered within 1 ms (slowest %v), %d probes; wake-ups up to %v late",
 			len(took), redisstore.DefaultBreakerFailures, worst, fast, worstFast, slow, jitter)
-		if worst > tollgate.DefaultStoreTimeout+5*time.Millisecond+jitter {
+		// The probe samples the machine's wake-up delay; a decision may meet
+		// a worse one than it saw.
+		if worst > tollgate.DefaultStoreTimeout+5*time.Millisecond+2*jitter {
 			t.Errorf("a decision took %v, beyond the timeout + 5 ms (+ %v of scheduling delay)", worst, jitter)
 		}
 		// One probe per 500 ms back-off: at most three in 1.2 s, and
