@@ -68,6 +68,7 @@ func TestConformance(t *testing.T) {
 		}))
 		e.GET("/reports/:id", ok, with(func(c *tollgateechov5.Config) { c.Budget = adaptertest.Budget }))
 		e.GET("/by-header", ok, tollgateechov5.Middleware(s.Limiter))
+		e.GET("/held", ok, with(func(c *tollgateechov5.Config) { c.MaxDelay = adaptertest.HeldDelay }))
 		return serve(t, e)
 	})
 }

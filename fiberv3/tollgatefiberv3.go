@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/gofiber/fiber/v3"
@@ -51,6 +52,20 @@ type Config struct {
 	// that name in its tenant's plan (see tollgate.Policy).
 	Budget string
 
+	// MaxDelay, if > 0, holds a request that its tenant's policies would
+	// allow within MaxDelay and then serves it, instead of answering 429:
+	// a client slightly over its rate is slowed down rather than
+	// bounced. A request that would wait longer is answered at once. See
+	// tollgatehttp.Spec.MaxDelay. Fiber's request context (c.Context())
+	// does not end when the client goes away, so a held request is
+	// served at its time even then.
+	MaxDelay time.Duration
+
+	// MaxHeld bounds the requests of one tenant held at once under
+	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
+	// is answered at once.
+	MaxHeld int
+
 	// LimitReached answers a denied request (default:
 	// tollgatehttp.DenialStatus with DenialBody as JSON). The rate-limit
 	// headers, Retry-After included, are already set.
@@ -64,7 +79,8 @@ type Config struct {
 
 // ConfigDefault is the configuration New completes a Config with: no
 // request skipped, the tenant from the X-Tenant-ID header, one token a
-// request, the route from c.FullPath(). It has no Limiter.
+// request, the route from c.FullPath(), no request held (MaxDelay 0). It
+// has no Limiter.
 var ConfigDefault = Config{Cost: 1}
 
 // framework tells tollgatehttp how to read a Fiber request. The header is
@@ -103,6 +119,8 @@ func New(config ...Config) fiber.Handler {
 		Skip:     cfg.Next,
 		Route:    cfg.Route,
 		Budget:   cfg.Budget,
+		MaxDelay: cfg.MaxDelay,
+		MaxHeld:  cfg.MaxHeld,
 	}, framework)
 	if err != nil {
 		tollgatehttp.LogMisconfiguration(err)

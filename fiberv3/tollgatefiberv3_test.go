@@ -74,6 +74,7 @@ func TestConformance(t *testing.T) {
 		app.Get("/custom", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, LimitReached: teapot}), ok)
 		app.Get("/reports/:id", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: adaptertest.Budget}), ok)
 		app.Get("/by-header", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter}), ok)
+		app.Get("/held", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MaxDelay: adaptertest.HeldDelay}), ok)
 		return serve(t, app)
 	})
 }
@@ -88,12 +89,13 @@ func TestConformanceUse(t *testing.T) {
 		// Under app.Use the route is named by the prefix, "/reports".
 		app.Use("/reports", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: adaptertest.Budget}))
 		app.Use("/by-header", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter}))
+		app.Use("/held", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MaxDelay: adaptertest.HeldDelay}))
 		app.Use(tollgatefiberv3.New(tollgatefiberv3.Config{
 			Limiter: s.Limiter,
 			Tenant:  byPrincipal,
 			Next: func(c fiber.Ctx) bool {
 				p := c.Path()
-				return p == "/skipped" || p == "/by-header" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
 			},
 			CostFunc: func(c fiber.Ctx) int64 {
 				if c.Path() == "/costly" {
@@ -108,7 +110,7 @@ func TestConformanceUse(t *testing.T) {
 				return c.Status(tollgatehttp.DenialStatus(&d)).JSON(tollgatehttp.DenialBody(&d))
 			},
 		}))
-		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom", "/reports/:id", "/by-header"} {
+		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom", "/reports/:id", "/by-header", "/held"} {
 			app.Get(p, ok)
 		}
 		return serve(t, app)
