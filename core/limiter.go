@@ -348,7 +348,11 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, st 
 		Deadline: l.deadline(d.Time), Results: op.Results[:0], Marks: op.Marks[:0]}
 	err = l.run(ctx, l.store, l.multi, op)
 	if len(l.observers) > 0 {
-		st.latency = l.now().Sub(d.Time)
+		st.latency = op.Latency
+		if l.multi == nil {
+			// A plain Store does not report its latency: time it.
+			st.latency = l.now().Sub(d.Time)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrCostExceedsBurst) {
