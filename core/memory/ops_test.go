@@ -237,3 +237,4 @@ func TestDoAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations for %d Ops of a tracked tenant", n, len(ops))
 	}
 }
+
