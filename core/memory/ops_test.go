@@ -237,4 +237,3 @@ func TestDoAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations for %d Ops of a tracked tenant", n, len(ops))
 	}
 }
-
