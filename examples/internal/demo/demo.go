@@ -12,16 +12,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
 // DefaultAddr is where the apps listen when ADDR is not set.
@@ -125,23 +130,35 @@ func PlanOf(tenant string) (tollgate.Plan, error) {
 	return plans.ResolvePlan(context.Background(), tenant)
 }
 
-// NewLimiter returns the apps' Limiter and a function that releases what it
-// holds. Buckets live in memory unless cfg.RedisURL is set; then they live
-// in Redis, shared by every replica that uses the same Redis.
+// NewLimiter returns the apps' Limiter, the handler of their GET /metrics,
+// and a function that releases what it holds. Buckets live in memory unless
+// cfg.RedisURL is set; then they live in Redis, shared by every replica
+// that uses the same Redis.
+//
+// /metrics serves the Limiter's decisions (tollgateprom: by plan, policy,
+// route and outcome, never by tenant), the store's figures, and the Go
+// runtime's and the process's metrics, in the Prometheus text format. The
+// demo serves it on the API's port to anyone; a real deployment serves it
+// on an internal port, or behind the scraper's credentials.
 //
 // A Redis that does not answer does not stop the app: it starts, logs a
 // warning, and serves every request without limits (tollgate.FailOpen) and
 // without rate-limit headers, until Redis answers again. Throttled requests
 // are logged on logger as JSON lines.
-func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, func(), error) {
+func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, http.Handler, func(), error) {
 	store, closeStore, err := newStore(ctx, cfg.RedisURL, logger)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	plans, err := tollgate.NewStaticResolver(PlanList(), DefaultPlan, Tenants())
 	if err != nil {
 		closeStore()
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	metrics, err := tollgateprom.New(tollgateprom.WithStore(store))
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, err
 	}
 	l, err := tollgate.New(store, plans,
 		// Fail-open is the default; it is spelled out because it is a
@@ -149,12 +166,15 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 		// one that answers nothing. tollgate.FailClosed refuses instead.
 		tollgate.WithFailurePolicy(tollgate.FailOpen),
 		tollgate.WithLogger(logger),
+		tollgate.WithObserver(metrics),
 	)
 	if err != nil {
 		closeStore()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return l, closeStore, nil
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return l, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), closeStore, nil
 }
 
 // newStore returns the store of the apps' limits. Both are
