@@ -374,7 +374,12 @@ func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
 	c.op = &c.own
 	c.keys = make([]string, 0, len(op.Rules)+2)
 	c.prepareKeys(s.wallNow(), &s.bounds)
-	if err := s.do(ctx, c, op.Deadline); err != nil {
+	start := s.mono()
+	err := s.do(ctx, c, op.Deadline)
+	// For the Limiter's observers: the wait for Redis, or for its
+	// failure (nearly 0 for an answer from the denial cache).
+	op.Latency = s.mono() - start
+	if err != nil {
 		return err
 	}
 	op.Allowed, op.Delay = c.own.Allowed, c.own.Delay

@@ -44,7 +44,7 @@ type traffic struct {
 }
 
 func main() {
-	fw := flag.String("fw", "gin", "example app to run: gin, echo, chi or fiber")
+	fw := flag.String("fw", "gin", "example app to run: gin, echo, chi, fiber, echov5 or fiberv3")
 	n := flag.Int("n", 3, "number of replicas")
 	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis the replicas share")
 	memoryOnly := flag.Bool("memory", false, "run the replicas without Redis, each with its own buckets")

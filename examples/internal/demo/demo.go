@@ -1,4 +1,4 @@
-// Package demo is the set-up that the four example apps share and that has
+// Package demo is the set-up that the six example apps share and that has
 // nothing to do with their web framework: the environment they read, the
 // JSON logger, the demo tenants and their plans, the choice between the
 // in-process and the Redis store, and the listening socket.
