@@ -1,4 +1,4 @@
-// Package demo is the set-up that the four example apps share and that has
+// Package demo is the set-up that the six example apps share and that has
 // nothing to do with their web framework: the environment they read, the
 // JSON logger, the demo tenants and their plans, the choice between the
 // in-process and the Redis store, and the listening socket.
@@ -130,23 +130,6 @@ func PlanOf(tenant string) (tollgate.Plan, error) {
 	return plans.ResolvePlan(context.Background(), tenant)
 }
 
-// Policies reports whether store can apply plans with several policies
-// (quotas and budgets), which takes a tollgate.MultiStore.
-func Policies(store tollgate.Store) bool {
-	_, ok := store.(tollgate.MultiStore)
-	return ok
-}
-
-// bucketsOnly returns plans without their further policies: each its token
-// bucket alone.
-func bucketsOnly(plans []tollgate.Plan) []tollgate.Plan {
-	out := make([]tollgate.Plan, len(plans))
-	for i, p := range plans {
-		out[i] = tollgate.Plan{Name: p.Name, Limit: p.Limit}
-	}
-	return out
-}
-
 // NewLimiter returns the apps' Limiter, the handler of their GET /metrics,
 // and a function that releases what it holds. Buckets live in memory unless
 // cfg.RedisURL is set; then they live in Redis, shared by every replica
@@ -167,17 +150,7 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	list := PlanList()
-	if !Policies(store) {
-		// A store that keeps one token bucket per tenant can not apply
-		// the trial's daily quota or the reports budget: serve the
-		// plans' buckets, and say so, rather than refuse those
-		// requests.
-		logger.Warn("the store applies a single token bucket per tenant (it is not a tollgate.MultiStore): daily quotas and budgets are off",
-			slog.String("store", fmt.Sprintf("%T", store)))
-		list = bucketsOnly(list)
-	}
-	plans, err := tollgate.NewStaticResolver(list, DefaultPlan, Tenants())
+	plans, err := tollgate.NewStaticResolver(PlanList(), DefaultPlan, Tenants())
 	if err != nil {
 		closeStore()
 		return nil, nil, nil, err
@@ -204,7 +177,10 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 	return l, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), closeStore, nil
 }
 
-func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.Store, func(), error) {
+// newStore returns the store of the apps' limits. Both are
+// tollgate.MultiStores, which the trial's daily quota and the reports
+// budget need.
+func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.MultiStore, func(), error) {
 	if redisURL == "" {
 		logger.Info("rate limits kept in memory; each process counts on its own (set REDIS_URL to share them)",
 			slog.String("store", "memory"))

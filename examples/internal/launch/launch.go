@@ -28,7 +28,7 @@ import (
 const Module = "github.com/tollgate-go/tollgate/examples"
 
 // Frameworks lists the example apps, by directory name.
-var Frameworks = []string{"gin", "echo", "chi", "fiber"}
+var Frameworks = []string{"gin", "echo", "chi", "fiber", "echov5", "fiberv3"}
 
 // Build compiles the example apps named by fws (directory names such as
 // "gin") into dir and returns the path of each binary by name. It runs the
