@@ -151,15 +151,6 @@ func resetBuckets(ctx context.Context, opts *redis.Options, mix []traffic) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if !demo.Policies(store) {
-		// A store without Ops keeps each tenant's one bucket under
-		// its key.
-		keys := make([]string, len(mix))
-		for i, m := range mix {
-			keys[i] = store.Key(m.tenant)
-		}
-		return c.Del(ctx, keys...).Err()
-	}
 	plans, err := demo.Plans()
 	if err != nil {
 		return err

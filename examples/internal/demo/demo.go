@@ -140,23 +140,6 @@ func PlanOf(tenant string) (tollgate.Plan, error) {
 	return plans.ResolvePlan(context.Background(), tenant)
 }
 
-// Policies reports whether store can apply plans with several policies
-// (quotas and budgets), which takes a tollgate.MultiStore.
-func Policies(store tollgate.Store) bool {
-	_, ok := store.(tollgate.MultiStore)
-	return ok
-}
-
-// bucketsOnly returns plans without their further policies: each its token
-// bucket alone.
-func bucketsOnly(plans []tollgate.Plan) []tollgate.Plan {
-	out := make([]tollgate.Plan, len(plans))
-	for i, p := range plans {
-		out[i] = tollgate.Plan{Name: p.Name, Limit: p.Limit}
-	}
-	return out
-}
-
 // NewLimiter returns the apps' Limiter, the handler of their GET /metrics,
 // the handler of the upgrade-candidates page (nil unless cfg.AdminToken is
 // set), and a function that releases what they hold. Buckets live in memory
@@ -178,17 +161,7 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	list := PlanList()
-	if !Policies(store) {
-		// A store that keeps one token bucket per tenant can not apply
-		// the trial's daily quota or the reports budget: serve the
-		// plans' buckets, and say so, rather than refuse those
-		// requests.
-		logger.Warn("the store applies a single token bucket per tenant (it is not a tollgate.MultiStore): daily quotas and budgets are off",
-			slog.String("store", fmt.Sprintf("%T", store)))
-		list = bucketsOnly(list)
-	}
-	plans, err := tollgate.NewStaticResolver(list, DefaultPlan, Tenants())
+	plans, err := tollgate.NewStaticResolver(PlanList(), DefaultPlan, Tenants())
 	if err != nil {
 		closeStore()
 		return nil, nil, nil, nil, err
@@ -233,7 +206,10 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 	return l, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), admin, release, nil
 }
 
-func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.Store, redis.UniversalClient, func(), error) {
+// newStore returns the store of the apps' limits, and its Redis client (nil
+// for the memory store). Both stores are tollgate.MultiStores, which the
+// trial's daily quota and the reports budget need.
+func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.MultiStore, redis.UniversalClient, func(), error) {
 	if redisURL == "" {
 		logger.Info("rate limits kept in memory; each process counts on its own (set REDIS_URL to share them)",
 			slog.String("store", "memory"))

@@ -152,6 +152,16 @@ func (a *App) waitHealthy(ctx context.Context) error {
 	}
 }
 
+// Command returns a command that runs name with args, as Start runs an
+// app: on Linux the kernel kills its process if this one dies first, and
+// the process is killed (by its own PID) when ctx is done. The worker demo
+// runs its worker processes with it.
+func Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	setProcAttr(cmd)
+	return cmd
+}
+
 // PID returns the app's process ID.
 func (a *App) PID() int { return a.cmd.Process.Pid }
 
