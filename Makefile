@@ -24,12 +24,13 @@ test-race: redis-server
 	@failed=; for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test $(GOTEST_FLAGS) ./...) || failed="$$failed $$m"; done; \
 	test -z "$$failed" || { echo "== tests failed in:$$failed"; exit 1; }
 
-# Allocation tests (testing.AllocsPerRun) skip under -race, which allocates
-# on its own: the packages that have them run again, without it.
+# Allocation tests (testing.AllocsPerRun, or adaptertest's AllocsPerRun and
+# CheckAllocs) skip under -race, which allocates on its own: the packages
+# that have them run again, without it.
 test-allocs:
 	@set -e; for m in $(MODULES); do (cd $$m && \
 		pkgs=$$(go list -f '{{.ImportPath}} {{.Dir}}' ./... | while read -r pkg dir; do \
-			if grep -qs 'testing.AllocsPerRun' "$$dir"/*_test.go; then echo "$$pkg"; fi; done); \
+			if grep -qsE 'AllocsPerRun|CheckAllocs' "$$dir"/*_test.go; then echo "$$pkg"; fi; done); \
 		if [ -n "$$pkgs" ]; then echo "== allocs $$m (no -race)"; go test -count=1 $$pkgs; fi); done
 
 # gofmt, go vet and golangci-lint (configured by .golangci.yml) on every

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,6 +374,186 @@ func BenchmarkMemoryZipf(b *testing.B) {
 			s.close()
 		}
 	}
+}
+
+// memPairedBlock is the number of requests BenchmarkMemorySerialPaired
+// times in one go: short enough (5 to 70 µs) that most blocks run without
+// being descheduled on a busy machine.
+const memPairedBlock = 256
+
+// BenchmarkMemorySerialPaired is BenchmarkMemory's hotkey-serial and a
+// serial walk over its 10,000 keys, with every library in turn within each
+// iteration (the order rotating), so that all of them run under the same
+// load. An iteration is a block of memPairedBlock requests per library; each
+// library's metric <case>-<lib>-ns/op is its median over the blocks of the
+// wall time per request, which a preempted block does not move.
+func BenchmarkMemorySerialPaired(b *testing.B) {
+	hot := memTenantKeys(1)
+	keys := memTenantKeys(10_000)
+	type contender struct {
+		name    string
+		take    memTakeFunc
+		samples map[string][]float64
+	}
+	var cs []*contender
+	for _, c := range memContenders {
+		take := openMemStore(b, c, memDrainingLimit)
+		take(hot[0])
+		for _, k := range keys {
+			take(k)
+		}
+		cs = append(cs, &contender{c.name, take, map[string][]float64{}})
+	}
+	hotKey := strings.Clone(hot[0])
+	clones := memCloneKeys(keys)
+	next := 0
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range cs {
+			c := cs[(i+j)%len(cs)]
+			start := time.Now()
+			for range memPairedBlock {
+				c.take(hotKey)
+			}
+			c.samples["hotkey"] = append(c.samples["hotkey"], float64(time.Since(start))/memPairedBlock)
+			start = time.Now()
+			for n := range memPairedBlock {
+				c.take(clones[(next+n)%len(clones)])
+			}
+			c.samples["keys10k"] = append(c.samples["keys10k"], float64(time.Since(start))/memPairedBlock)
+		}
+		next = (next + memPairedBlock) % len(clones)
+	}
+	b.StopTimer()
+	for _, c := range cs {
+		for _, cs := range []string{"hotkey", "keys10k"} {
+			v := c.samples[cs]
+			slices.Sort(v)
+			b.ReportMetric(v[len(v)/2], cs+"-"+c.name+"-ns/op")
+		}
+	}
+}
+
+// BenchmarkMemoryParallelPaired is BenchmarkMemory's hotkey-parallel and
+// keys10k-parallel for a machine shared with other work, where the two
+// goroutines of a RunParallel seldom hold both cores at once. Two workers
+// take turns over the libraries (the order rotating), both starting a block
+// of memPairedBlock requests at the same moment from a spinning barrier; a
+// block counts only if each worker's part overlapped the other's for at
+// least nine tenths of its time, that is if both ran at once. A block's
+// figure is its wall time over the requests of both workers, as ns/op in
+// RunParallel; the metric <case>-<lib>-ns/op is the median over the blocks
+// that counted, and blocks-counted says how many did per library and case.
+func BenchmarkMemoryParallelPaired(b *testing.B) {
+	const workers = 2
+	hot := memTenantKeys(1)
+	keys := memTenantKeys(10_000)
+	type contender struct {
+		name    string
+		take    memTakeFunc
+		samples map[string][]float64
+	}
+	var cs []*contender
+	for _, c := range memContenders {
+		take := openMemStore(b, c, memDrainingLimit)
+		take(hot[0])
+		for _, k := range keys {
+			take(k)
+		}
+		cs = append(cs, &contender{c.name, take, map[string][]float64{}})
+	}
+	hotKeys := []string{strings.Clone(hot[0]), strings.Clone(hot[0])}
+	clones := memCloneKeys(keys)
+	var (
+		gen, done atomic.Int64
+		job       struct {
+			take memTakeFunc
+			keys [workers]func(n int) string
+		}
+		spans [workers][2]int64
+		quit  atomic.Bool
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seen := int64(0)
+			for {
+				for gen.Load() == seen {
+					if quit.Load() {
+						return
+					}
+					runtime.Gosched()
+				}
+				seen = gen.Load()
+				take, key := job.take, job.keys[w]
+				start := time.Now()
+				for n := range memPairedBlock {
+					take(key(n))
+				}
+				spans[w] = [2]int64{start.UnixNano(), time.Now().UnixNano()}
+				done.Add(1)
+			}
+		}()
+	}
+	run := func(take memTakeFunc, keys [workers]func(int) string) (float64, bool) {
+		job.take, job.keys = take, keys
+		done.Store(0)
+		gen.Add(1)
+		for done.Load() < workers {
+			runtime.Gosched()
+		}
+		first, last := max(spans[0][0], spans[1][0]), min(spans[0][1], spans[1][1])
+		for _, sp := range spans {
+			if 10*(last-first) < 9*(sp[1]-sp[0]) {
+				return 0, false
+			}
+		}
+		whole := max(spans[0][1], spans[1][1]) - min(spans[0][0], spans[1][0])
+		return float64(whole) / (workers * memPairedBlock), true
+	}
+	offset := [workers]int{0, len(clones) / 2}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range cs {
+			c := cs[(i+j)%len(cs)]
+			hotKey := [workers]func(int) string{
+				func(int) string { return hotKeys[0] },
+				func(int) string { return hotKeys[1] },
+			}
+			if v, ok := run(c.take, hotKey); ok {
+				c.samples["hotkey"] = append(c.samples["hotkey"], v)
+			}
+			walk := [workers]func(int) string{
+				func(n int) string { return clones[(offset[0]+n)%len(clones)] },
+				func(n int) string { return clones[(offset[1]+n)%len(clones)] },
+			}
+			if v, ok := run(c.take, walk); ok {
+				c.samples["keys10k"] = append(c.samples["keys10k"], v)
+			}
+		}
+		for w := range offset {
+			offset[w] = (offset[w] + memPairedBlock) % len(clones)
+		}
+	}
+	b.StopTimer()
+	quit.Store(true)
+	gen.Add(1)
+	wg.Wait()
+	counted := 0
+	for _, c := range cs {
+		for _, cs := range []string{"hotkey", "keys10k"} {
+			v := c.samples[cs]
+			counted += len(v)
+			if len(v) == 0 {
+				continue
+			}
+			slices.Sort(v)
+			b.ReportMetric(v[len(v)/2], cs+"-"+c.name+"-ns/op")
+		}
+	}
+	b.ReportMetric(float64(counted)/float64(2*len(cs)), "blocks-counted")
 }
 
 // memHeapKeys is the number of distinct keys BenchmarkMemoryHeap tracks.

@@ -153,12 +153,12 @@ func openTollgate(ctxTimeout bool, opts ...redisstore.Option) func(*testing.B, *
 	}
 }
 
-// patient is a context whose deadline is always a second away, without a
+// patient is a context whose deadline is always ten seconds away, without a
 // timer: the store's own deadline (50 ms without one) would otherwise fail
 // decisions when the machine stalls.
 type patient struct{ context.Context }
 
-func (patient) Deadline() (time.Time, bool) { return time.Now().Add(time.Second), true }
+func (patient) Deadline() (time.Time, bool) { return time.Now().Add(10 * time.Second), true }
 
 // openTollgateQuota decides on lim plus a daily quota, in one Op: the
 // shape of a plan with a burst rate and a quota.
@@ -169,7 +169,7 @@ func openTollgateQuota(b *testing.B, client *redis.Client, prefix string, lim to
 	}
 	rules := []tollgate.Rule{{Limit: lim}, {Sub: "day", Quota: tollgate.PerDay(999_999_999_999_999)}}
 	return func(ctx context.Context, key string) (bool, error) {
-		op := tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: rules, Cost: 1, Deadline: time.Now().Add(time.Second)}
+		op := tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: rules, Cost: 1, Deadline: time.Now().Add(10 * time.Second)}
 		err := s.Do(ctx, &op)
 		return op.Allowed, err
 	}
@@ -248,6 +248,7 @@ func BenchmarkRedis(b *testing.B) {
 			take := c.openOwn(b, floodLimit)
 			take(ctx, "flooding-tenant") // the one allowed request
 			var allowed, failed atomic.Int64
+			var firstErr atomic.Value
 			b.SetParallelism(64)
 			b.ResetTimer()
 			cpu0 := cpuTime()
@@ -256,6 +257,7 @@ func BenchmarkRedis(b *testing.B) {
 					ok, err := take(ctx, "flooding-tenant")
 					if err != nil {
 						failed.Add(1)
+						firstErr.CompareAndSwap(nil, err)
 					} else if ok {
 						allowed.Add(1)
 					}
@@ -263,7 +265,7 @@ func BenchmarkRedis(b *testing.B) {
 			})
 			reportRate(b, cpu0)
 			if allowed.Load() > 0 || failed.Load() > 0 {
-				b.Fatalf("an over-limit tenant got %d allowed, %d failed of %d", allowed.Load(), failed.Load(), b.N)
+				b.Fatalf("an over-limit tenant got %d allowed, %d failed of %d (%v)", allowed.Load(), failed.Load(), b.N, firstErr.Load())
 			}
 		})
 	}

@@ -2,19 +2,23 @@
 // tollgate.Limiter.
 //
 // chi middleware is plain net/http middleware, so Middleware is
-// tollgate.Middleware with one thing of chi's own: throttle events and logs
-// name the route by its chi route pattern ("/api/users/{id}"), which Middleware
-// finds even when it runs before chi has routed the request, as it does when
-// registered with Router.Use. Every tollgate.MiddlewareOption applies:
-// tollgate.WithTenant (tollgate.TenantFromContext for a tenant set by the
-// application's authentication middleware, tollgate.TenantFromClientIP for
-// anonymous clients), tollgate.WithCost for a route's cost, tollgate.WithSkip,
-// tollgate.WithDenyHandler and tollgate.WithMissingTenantHandler.
+// tollgatehttp.Middleware with one thing of chi's own: events, logs and
+// metrics name the route by its chi route pattern ("/api/users/{id}"),
+// which Middleware finds even when it runs before chi has routed the
+// request, as it does when registered with Router.Use. Every
+// tollgatehttp.Option applies, with the meaning tollgatehttp.Spec gives it:
+// tollgatehttp.WithTenant (tollgatehttp.TenantFromContext for a tenant set
+// by the application's authentication middleware,
+// tollgatehttp.TenantFromClientIP for anonymous clients),
+// tollgatehttp.WithCost, tollgatehttp.WithBudget, tollgatehttp.WithSkip,
+// tollgatehttp.WithMaxDelay (hold a request slightly over its rate instead
+// of answering 429), tollgatehttp.WithDenyHandler and
+// tollgatehttp.WithMissingTenantHandler.
 //
 // Register it on a router, a group, a sub-router or a single route:
 //
 //	r.Use(tollgatechi.Middleware(l))
-//	r.With(tollgatechi.Middleware(l, tollgate.WithCost(10))).Post("/reports", createReport)
+//	r.With(tollgatechi.Middleware(l, tollgatehttp.WithCost(10))).Post("/reports", createReport)
 package tollgatechi
 
 import (
@@ -23,24 +27,24 @@ import (
 	"sync"
 
 	"github.com/go-chi/chi/v5"
+
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
 // Middleware returns chi middleware that limits each request with l: it
 // sets the rate-limit headers on every limited response, answers a denied
 // request with 429 (or 503 under tollgate.FailClosed when the store is down)
-// and a JSON body, and passes allowed requests on. It takes the tenant from
-// the X-Tenant-ID header unless tollgate.WithTenant says otherwise, and
-// names routes with RoutePattern unless tollgate.WithRoute says otherwise.
+// and a JSON body, and passes allowed requests on. It names routes with
+// RoutePattern unless tollgatehttp.WithRoute says otherwise.
 //
-// A nil l is a configuration error: as with tollgate.Middleware, every
-// request is then answered 500 with tollgate.InternalErrorBody and the
-// mistake is logged once, rather than panic or let requests through
-// unlimited.
-func Middleware(l *tollgate.Limiter, opts ...tollgate.MiddlewareOption) func(http.Handler) http.Handler {
-	all := make([]tollgate.MiddlewareOption, 0, len(opts)+1)
-	all = append(all, tollgate.WithRoute(RoutePattern))
-	return tollgate.Middleware(l, append(all, opts...)...)
+// A nil l is a configuration error: as with tollgatehttp.Middleware, it is
+// logged at once and every request is answered 500, rather than panic or
+// let requests through unlimited.
+func Middleware(l *tollgate.Limiter, opts ...tollgatehttp.Option) func(http.Handler) http.Handler {
+	all := make([]tollgatehttp.Option, 0, len(opts)+1)
+	all = append(all, tollgatehttp.WithRoute(RoutePattern))
+	return tollgatehttp.Middleware(l, append(all, opts...)...)
 }
 
 // RoutePattern returns the chi route pattern that r matches, such as

@@ -9,9 +9,11 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+
 	tollgatechi "github.com/tollgate-go/tollgate/chi"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
 func ok(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }
@@ -29,143 +31,90 @@ func serve(t *testing.T, h http.Handler) string {
 	return srv.URL
 }
 
+// authenticate is the kit's authentication: chi keeps request values in
+// the request context.
+func authenticate(next http.Handler) http.Handler {
+	return adaptertest.Authenticate(next, func(r *http.Request, tenant string) *http.Request {
+		return r.WithContext(context.WithValue(r.Context(), adaptertest.TenantKey{}, tenant))
+	})
+}
+
+var byTenant = tollgatehttp.WithTenant(tollgatehttp.TenantFromContext(adaptertest.TenantKey{}))
+
 // TestConformance runs the kit with the middleware on each route, as
 // r.With registers it.
 func TestConformance(t *testing.T) {
 	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
-		limit := tollgatechi.Middleware(s.Limiter, tollgate.WithSkip(func(r *http.Request) bool {
+		limit := tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithSkip(func(r *http.Request) bool {
 			return r.URL.Path == "/skipped"
 		}))
 		r := chi.NewRouter()
+		r.Use(authenticate)
 		r.With(limit).Get("/limited", ok)
 		r.With(limit).Get("/skipped", ok)
-		r.With(tollgatechi.Middleware(s.Limiter, tollgate.WithCost(5))).Get("/costly", ok)
-		r.With(tollgatechi.Middleware(s.Limiter, tollgate.WithDenyHandler(teapot))).Get("/custom", ok)
+		r.With(tollgatechi.Middleware(s.Limiter, tollgatehttp.WithCost(5), byTenant)).Get("/costly", ok)
+		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithDenyHandler(teapot))).Get("/custom", ok)
+		r.With(tollgatechi.Middleware(s.Limiter, tollgatehttp.WithBudget(adaptertest.Budget), byTenant)).Get("/reports/{id}", ok)
+		r.With(tollgatechi.Middleware(s.Limiter)).Get("/by-header", ok)
+		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0))).Get("/held", ok)
 		return serve(t, r)
 	})
 }
 
-// TestConformanceUse runs the kit with one middleware for the whole router,
-// registered with r.Use before chi routes: costs and the custom denial then
-// go by the route pattern.
+// TestConformanceUse runs the kit with the middleware registered with Use,
+// before chi routes: one for the router, which goes by the route pattern
+// for costs and the custom denial, and one for the reports sub-router with
+// its budget. The route named in events is the full pattern all the same.
 func TestConformanceUse(t *testing.T) {
 	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
 		r := chi.NewRouter()
-		r.Use(tollgatechi.Middleware(s.Limiter,
-			tollgate.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/skipped" }),
-			tollgate.WithCostFunc(func(r *http.Request) int64 {
+		r.Use(authenticate)
+		r.Use(tollgatechi.Middleware(s.Limiter, byTenant,
+			tollgatehttp.WithSkip(func(r *http.Request) bool {
+				// The reports, by-header and held routes have
+				// middleware of their own.
+				p := tollgatechi.RoutePattern(r)
+				return p == "/skipped" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
+			}),
+			tollgatehttp.WithCostFunc(func(r *http.Request) int64 {
 				if tollgatechi.RoutePattern(r) == "/costly" {
 					return 5
 				}
 				return 1
 			}),
-			tollgate.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, d tollgate.Decision) {
+			tollgatehttp.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, d tollgate.Decision) {
 				if tollgatechi.RoutePattern(r) == "/custom" {
 					teapot(w, r, d)
 					return
 				}
-				tollgate.WriteJSON(w, d.DenialStatus(), d.DenialBody())
+				tollgatehttp.WriteJSON(w, tollgatehttp.DenialStatus(&d), tollgatehttp.DenialBody(&d))
 			}),
 		))
 		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom"} {
 			r.Get(p, ok)
 		}
+		r.Route("/reports", func(r chi.Router) {
+			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithBudget(adaptertest.Budget)))
+			r.Get("/{id}", ok)
+		})
+		r.Group(func(r chi.Router) {
+			r.Use(tollgatechi.Middleware(s.Limiter))
+			r.Get("/by-header", ok)
+		})
+		r.Group(func(r chi.Router) {
+			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0)))
+			r.Get("/held", ok)
+		})
 		return serve(t, r)
 	})
 }
 
-// newLimiter returns a limiter of burst requests per tenant, refilled at one
-// a minute, that records its throttle events.
-func newLimiter(t *testing.T, burst int64) (*tollgate.Limiter, *adaptertest.Events) {
-	l, ev, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(tollgate.Plan{Name: "test", Limit: tollgate.PerMinute(1, burst)}))
-	return l, ev
-}
-
-type principalKey struct{}
-
-// auth stands in for an application's authentication middleware.
-func auth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if user := r.Header.Get("Authorization"); strings.HasPrefix(user, "Bearer ") {
-			// The tenant comes from the credential, never from a header the
-			// client can set freely.
-			tenant := "tenant-of-" + strings.TrimPrefix(user, "Bearer ")
-			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, tenant))
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func TestTenantFromContext(t *testing.T) {
-	l, ev := newLimiter(t, 2)
-	r := chi.NewRouter()
-	r.Use(auth)
-	r.Use(tollgatechi.Middleware(l, tollgate.WithTenant(tollgate.TenantFromContext(principalKey{}))))
-	r.Get("/hello", ok)
-	base := serve(t, r)
-
-	// X-Tenant-ID is not the tenant here: spending another's budget with it
-	// must not work.
-	adaptertest.Drain(t, 2, "GET", base+"/hello", "Authorization", "Bearer alice", "X-Tenant-ID", "bob")
-	if got := ev.Last(t).Tenant; got != "tenant-of-alice" {
-		t.Errorf("event tenant %q, want tenant-of-alice", got)
-	}
-	if status, _ := adaptertest.Get(t, "GET", base+"/hello", "Authorization", "Bearer bob"); status != http.StatusOK {
-		t.Errorf("bob: status %d, want 200 (a bucket of his own)", status)
-	}
-	if status, body := adaptertest.Get(t, "GET", base+"/hello"); status != http.StatusUnauthorized || !strings.Contains(body, tollgate.CodeMissingTenant) {
-		t.Errorf("unauthenticated: status %d body %q, want 401 missing_tenant", status, body)
-	}
-}
-
-func TestTenantFromClientIP(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		trusted []netip.Prefix
-		want    string // the tenant key of every request
-	}{
-		// The peer, 127.0.0.1, is not trusted: its X-Forwarded-For is a
-		// lie it could change on every request to get fresh buckets.
-		{"untrusted peer", nil, "127.0.0.1"},
-		{"other proxy trusted", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, "127.0.0.1"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l, ev := newLimiter(t, 3)
-			r := chi.NewRouter()
-			r.Use(tollgatechi.Middleware(l, tollgate.WithTenant(tollgate.TenantFromClientIP(tc.trusted...))))
-			r.Get("/hello", ok)
-			base := serve(t, r)
-			for i, spoof := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3, 198.51.100.1"} {
-				if status, _ := adaptertest.Get(t, "GET", base+"/hello", "X-Forwarded-For", spoof, "X-Real-IP", spoof); status != http.StatusOK {
-					t.Fatalf("request %d: status %d, want 200", i+1, status)
-				}
-			}
-			if status, _ := adaptertest.Get(t, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.4"); status != http.StatusTooManyRequests {
-				t.Fatalf("4th request from the same peer with a new X-Forwarded-For: status %d, want 429", status)
-			}
-			if got := ev.Last(t).Tenant; got != tc.want {
-				t.Errorf("tenant %q, want %q", got, tc.want)
-			}
-		})
-	}
-
-	t.Run("trusted proxy", func(t *testing.T) {
-		l, ev := newLimiter(t, 1)
+func TestClientIP(t *testing.T) {
+	adaptertest.RunClientIP(t, func(t *testing.T, l *tollgate.Limiter, trusted []netip.Prefix) string {
 		r := chi.NewRouter()
-		r.Use(tollgatechi.Middleware(l, tollgate.WithTenant(tollgate.TenantFromClientIP(netip.MustParsePrefix("127.0.0.0/8")))))
-		r.Get("/hello", ok)
-		base := serve(t, r)
-		// Behind a trusted proxy, each client has its own bucket; the
-		// proxy appended the client's address to what the client sent.
-		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "1.1.1.1, 203.0.113.1")
-		if got := ev.Last(t).Tenant; got != "203.0.113.1" {
-			t.Errorf("tenant %q, want the rightmost untrusted hop 203.0.113.1", got)
-		}
-		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "203.0.113.2")
-		adaptertest.Drain(t, 1, "GET", base+"/hello", "X-Forwarded-For", "2001:db8:1:2::5")
-		if got := ev.Last(t).Tenant; got != "2001:db8:1:2::/64" {
-			t.Errorf("IPv6 tenant %q, want its /64", got)
-		}
+		r.Use(tollgatechi.Middleware(l, tollgatehttp.WithTenant(tollgatehttp.TenantFromClientIP(trusted...))))
+		r.Get("/ip", ok)
+		return serve(t, r)
 	})
 }
 
@@ -264,7 +213,8 @@ func TestRoutePatterns(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, ev := newLimiter(t, 2)
+			plan := tollgate.Plan{Name: "two", Limit: tollgate.Limit{Rate: 1.0 / 60, Burst: 2}}
+			l, ev, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(plan))
 			r := chi.NewRouter()
 			r.NotFound(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
 			tc.register(r, tollgatechi.Middleware(l))
@@ -275,48 +225,13 @@ func TestRoutePatterns(t *testing.T) {
 				t.Errorf("event route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
 			}
 			if tc.free != "" {
-				for i := 0; i < 5; i++ {
+				for range 5 {
 					if status, _ := adaptertest.Get(t, "GET", base+tc.free, "X-Tenant-ID", "acme"); status != http.StatusOK {
 						t.Fatalf("%s is not limited, got status %d", tc.free, status)
 					}
 				}
 			}
 		})
-	}
-}
-
-func TestPerRouteCost(t *testing.T) {
-	l, ev := newLimiter(t, 25)
-	r := chi.NewRouter()
-	r.Route("/api", func(r chi.Router) {
-		r.Use(tollgatechi.Middleware(l))
-		r.Get("/hello", ok)
-		r.With(tollgatechi.Middleware(l, tollgate.WithCost(10))).Post("/reports", ok)
-	})
-	base := serve(t, r)
-	// Both middlewares take from the same bucket: a report costs 1 + 10.
-	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
-		if status, _ := adaptertest.Get(t, "POST", base+"/api/reports", "X-Tenant-ID", "acme"); status != want {
-			t.Fatalf("report %d: status %d, want %d", i+1, status, want)
-		}
-	}
-	e := ev.Last(t)
-	if e.Cost != 10 || e.Route != "/api/reports" || e.Method != "POST" {
-		t.Errorf("event cost %d route %q method %q, want 10 /api/reports POST", e.Cost, e.Route, e.Method)
-	}
-	// 2 of 25 tokens are left (the outer middleware took one for the
-	// denied report before the inner one denied it): two cheap requests.
-	adaptertest.Drain(t, 2, "GET", base+"/api/hello", "X-Tenant-ID", "acme")
-}
-
-func TestNilLimiter(t *testing.T) {
-	r := chi.NewRouter()
-	r.Use(tollgatechi.Middleware(nil))
-	r.Get("/hello", ok)
-	base := serve(t, r)
-	status, body := adaptertest.Get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
-	if status != http.StatusInternalServerError || !strings.Contains(body, tollgate.CodeInternalError) {
-		t.Errorf("status %d body %q, want 500 internal_error", status, body)
 	}
 }
 

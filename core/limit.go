@@ -1,15 +1,3 @@
-// Package tollgate implements per-tenant API rate limiting: a token bucket per
-// tenant, computed as GCRA, whose size and refill rate come from the tenant's
-// subscription plan.
-//
-// A Limiter resolves a tenant to its Plan, asks a Store to take tokens from the
-// tenant's bucket, applies a failure policy when the Store fails, reports
-// throttled requests, and returns a Decision that can write the standard
-// rate-limit response headers. Middleware wraps a Limiter for net/http; the
-// framework adapters (gin, echo, chi, fiber) are separate modules.
-//
-// The in-process Store is in the memory package; the Redis Store, shared by
-// many API replicas, is in the redisstore module.
 package tollgate
 
 import (
@@ -23,6 +11,11 @@ import (
 // whole microseconds per token, so one token a microsecond is the finest
 // refill the stores can represent.
 const MaxRate = 1e6
+
+// MaxBurst is the largest Burst a Limit may have: 15 digits, the most that
+// RFC 9651 allows an integer in a structured header field such as
+// RateLimit-Policy.
+const MaxBurst = 999_999_999_999_999
 
 // MaxWindow is the longest time a Limit may take to refill an empty bucket
 // (Burst / Rate). It keeps every timestamp the stores compute exact in both
@@ -46,16 +39,6 @@ type Limit struct {
 	Burst int64   // bucket capacity, >= 1
 }
 
-// PerSecond returns a Limit of burst tokens refilled at rate tokens per second.
-func PerSecond(rate float64, burst int64) Limit {
-	return Limit{Rate: rate, Burst: burst}
-}
-
-// PerMinute returns a Limit of burst tokens refilled at n tokens per minute.
-func PerMinute(n float64, burst int64) Limit {
-	return Limit{Rate: n / 60, Burst: burst}
-}
-
 // Validate reports why l can not be used, naming the field at fault, or nil.
 func (l Limit) Validate() error {
 	switch {
@@ -67,6 +50,8 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: Rate must be at most %v tokens per second, got %v", ErrInvalidLimit, float64(MaxRate), l.Rate)
 	case l.Burst < 1:
 		return fmt.Errorf("%w: Burst must be >= 1, got %d", ErrInvalidLimit, l.Burst)
+	case l.Burst > MaxBurst:
+		return fmt.Errorf("%w: Burst must be at most %d (15 digits), got %d", ErrInvalidLimit, int64(MaxBurst), l.Burst)
 	case float64(l.Burst)/l.Rate > MaxWindow.Seconds():
 		return fmt.Errorf("%w: Burst/Rate (the time to refill an empty bucket) must be at most %v, got %.0fs",
 			ErrInvalidLimit, MaxWindow, float64(l.Burst)/l.Rate)

@@ -67,7 +67,7 @@ func TestTokenInterval(t *testing.T) {
 			t.Errorf("rate %v: interval %dus, want %d", c.rate, got, c.want)
 		}
 	}
-	if w := tollgate.Free.Limit.Window(); w != 10*time.Second {
+	if w := freePlan.Limit.Window(); w != 10*time.Second {
 		t.Errorf("free window %v, want 10s", w)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -43,18 +42,38 @@ func (s *stuckStore) Take(ctx context.Context, _ string, _ tollgate.Limit, _ int
 	return tollgate.Result{}, ctx.Err()
 }
 
+func defaultResolver(t *testing.T) *tollgate.StaticResolver {
+	t.Helper()
+	r, err := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", map[string]string{"acme": "enterprise"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// newLimiter returns a Limiter over store (a memory store on the returned
+// clock if nil) with the default plans, acme on enterprise.
 func newLimiter(t *testing.T, store tollgate.Store, opts ...tollgate.Option) (*tollgate.Limiter, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock()
 	if store == nil {
 		store = memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
 	}
-	resolver, err := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", map[string]string{"acme": "enterprise"})
+	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil)}, opts...)
+	l, err := tollgate.New(store, defaultResolver(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, clock
+}
+
+// newModelLimiter returns a Limiter over the reference MultiStore that gives
+// every tenant plan, both on the returned clock.
+func newModelLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.Option) (*tollgate.Limiter, *storetest.Clock) {
+	t.Helper()
+	clock := storetest.NewClock()
 	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil)}, opts...)
-	l, err := tollgate.New(store, resolver, opts...)
+	l, err := tollgate.New(storetest.NewModelStore(clock.Now), plans, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +87,12 @@ func TestLimiterDecides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := tollgate.Decision{Allowed: true, Tenant: "acme", Plan: tollgate.Enterprise, Cost: 1, Remaining: 1999,
-		ResetAfter: 5 * time.Millisecond, Time: clock.Now()}
-	if !d.HasFigures() || d.Allowed != want.Allowed || d.Plan != want.Plan || d.Cost != 1 || d.Remaining != want.Remaining ||
-		d.ResetAfter != want.ResetAfter || !d.Time.Equal(want.Time) || d.Degraded {
-		t.Fatalf("got %+v, want %+v", d, want)
+	if !d.HasFigures() || !d.Allowed || d.Plan.Name != "enterprise" || d.Policy != "enterprise" || d.Cost != 1 ||
+		d.Remaining != 1999 || d.ResetAfter != 5*time.Millisecond || !d.Time.Equal(clock.Now()) || d.Degraded {
+		t.Fatalf("got %+v", d)
+	}
+	if p, r := d.Policies(), d.Results(); len(p) != 1 || len(r) != 1 || p[0].Name != "enterprise" || r[0].Remaining != 1999 {
+		t.Fatalf("policies %+v results %+v", p, r)
 	}
 	for i := 0; i < 2; i++ {
 		if d, _ = l.Take(ctx, tollgate.Request{Tenant: "other", Cost: 10}); !d.Allowed {
@@ -84,7 +104,7 @@ func TestLimiterDecides(t *testing.T) {
 	}
 }
 
-func TestLimiterRejectsImpossibleCosts(t *testing.T) {
+func TestLimiterRejectsImpossibleRequests(t *testing.T) {
 	l, _ := newLimiter(t, nil)
 	ctx := context.Background()
 	_, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 21})
@@ -94,9 +114,13 @@ func TestLimiterRejectsImpossibleCosts(t *testing.T) {
 	if _, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: -1}); !errors.Is(err, tollgate.ErrInvalidLimit) {
 		t.Errorf("cost -1: %v", err)
 	}
-	a := l.Answer(ctx, tollgate.Request{Tenant: "t", Cost: 21})
-	if a.Status != http.StatusInternalServerError || a.Body != tollgate.InternalErrorBody {
-		t.Errorf("Answer for an impossible cost: %+v", a)
+	for _, tenant := range []string{"", strings.Repeat("x", tollgate.MaxTenantLength+1), strings.Repeat("y", 1<<20)} {
+		if _, err := l.Take(ctx, tollgate.Request{Tenant: tenant}); !errors.Is(err, tollgate.ErrInvalidTenant) {
+			t.Errorf("tenant of %d bytes: %v, want ErrInvalidTenant", len(tenant), err)
+		}
+	}
+	if d, err := l.Take(ctx, tollgate.Request{Tenant: strings.Repeat("x", tollgate.MaxTenantLength)}); err != nil || !d.Allowed {
+		t.Errorf("tenant of MaxTenantLength bytes: %+v, %v", d, err)
 	}
 }
 
@@ -105,13 +129,8 @@ func TestFailurePolicy(t *testing.T) {
 	t.Run("open", func(t *testing.T) {
 		l, _ := newLimiter(t, &failingStore{})
 		d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
-		if err != nil || !d.Allowed || !d.Degraded || d.HasFigures() || !errors.Is(d.Err, errStoreDown) {
+		if err != nil || !d.Allowed || !d.Degraded || d.HasFigures() || !errors.Is(d.Err, errStoreDown) || d.Policies() != nil {
 			t.Fatalf("fail-open: %+v, %v", d, err)
-		}
-		h := http.Header{}
-		d.WriteHeaders(h)
-		if len(h) != 0 {
-			t.Errorf("fail-open decision wrote headers %v", h)
 		}
 	})
 	t.Run("closed", func(t *testing.T) {
@@ -119,9 +138,6 @@ func TestFailurePolicy(t *testing.T) {
 		d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
 		if err != nil || d.Allowed || !d.Degraded || d.HasFigures() {
 			t.Fatalf("fail-closed: %+v, %v", d, err)
-		}
-		if d.DenialStatus() != http.StatusServiceUnavailable || d.DenialBody().Error != tollgate.CodeUnavailable {
-			t.Errorf("fail-closed answer %d %+v", d.DenialStatus(), d.DenialBody())
 		}
 	})
 	t.Run("fallback", func(t *testing.T) {
@@ -170,6 +186,72 @@ func TestFailurePolicy(t *testing.T) {
 	})
 }
 
+func TestResolversCannotHurtRequests(t *testing.T) {
+	ctx := context.Background()
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	t.Run("panic", func(t *testing.T) {
+		panicky := tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) { panic("nil map in the plan cache") })
+		l, err := tollgate.New(memory.New(), panicky, tollgate.WithLogger(logger), tollgate.WithFailurePolicy(tollgate.FailClosed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
+		if err != nil || d.Allowed || !d.Degraded || !strings.Contains(d.Err.Error(), "panicked") {
+			t.Fatalf("panicking resolver: %+v, %v", d, err)
+		}
+		if !strings.Contains(buf.String(), "plan resolver failed") || !strings.Contains(buf.String(), "nil map in the plan cache") {
+			t.Errorf("the panic was not logged: %s", buf.String())
+		}
+	})
+	t.Run("ignores its context", func(t *testing.T) {
+		block := make(chan struct{})
+		defer close(block)
+		hung := tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
+			<-block
+			return tollgate.DefaultPlans()[0], nil
+		})
+		l, err := tollgate.New(memory.New(), hung, tollgate.WithLogger(nil), tollgate.WithResolverTimeout(30*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			start := time.Now()
+			d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
+			if err != nil || !d.Allowed || !d.Degraded {
+				t.Fatalf("hung resolver: %+v, %v", d, err)
+			}
+			// The bound is what matters here, not speed: the test
+			// machine may be busy, so allow it a second.
+			if took := time.Since(start); took > time.Second {
+				t.Fatalf("request %d waited %v on a hung resolver, bound 30ms", i, took)
+			}
+		}
+	})
+	t.Run("caching resolver over a hung database", func(t *testing.T) {
+		block := make(chan struct{})
+		defer close(block)
+		c, err := tollgate.NewCachingResolver(tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
+			<-block
+			return tollgate.DefaultPlans()[0], nil
+		}), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := tollgate.New(memory.New(), c, tollgate.WithLogger(nil), tollgate.WithResolverTimeout(30*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if d, err := l.Take(ctx, tollgate.Request{Tenant: "t"}); err != nil || !d.Degraded {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("waited %v", took)
+		}
+	})
+}
+
 func TestStoreTimeout(t *testing.T) {
 	stuck := &stuckStore{}
 	l, _ := newLimiter(t, stuck, tollgate.WithStoreTimeout(20*time.Millisecond))
@@ -180,25 +262,49 @@ func TestStoreTimeout(t *testing.T) {
 	if !stuck.had || stuck.deadline > 20*time.Millisecond {
 		t.Fatalf("store saw deadline %v (set: %v), want at most 20ms", stuck.deadline, stuck.had)
 	}
-	if _, err := tollgate.New(stuck, tollgate.SinglePlan(tollgate.Free), tollgate.WithStoreTimeout(0)); err == nil {
-		t.Error("a zero store timeout was accepted")
-	}
 }
+
+// checkedStore is a Store whose Check reports err.
+type checkedStore struct {
+	failingStore
+	err error
+}
+
+func (s *checkedStore) Check(context.Context) error { return s.err }
 
 func TestNewRejectsBadConfiguration(t *testing.T) {
 	store := memory.New()
 	defer store.Close()
+	free := tollgate.SinglePlan(tollgate.DefaultPlans()[0])
+	var typedNil *memory.Store
+	var typedNilResolver *tollgate.StaticResolver
 	cases := map[string]func() (*tollgate.Limiter, error){
-		"nil store":    func() (*tollgate.Limiter, error) { return tollgate.New(nil, tollgate.SinglePlan(tollgate.Free)) },
-		"nil resolver": func() (*tollgate.Limiter, error) { return tollgate.New(store, nil) },
-		"bad policy": func() (*tollgate.Limiter, error) {
-			return tollgate.New(store, tollgate.SinglePlan(tollgate.Free), tollgate.WithFailurePolicy(7))
+		"nil store":          func() (*tollgate.Limiter, error) { return tollgate.New(nil, free) },
+		"typed-nil store":    func() (*tollgate.Limiter, error) { return tollgate.New(typedNil, free) },
+		"nil resolver":       func() (*tollgate.Limiter, error) { return tollgate.New(store, nil) },
+		"typed-nil resolver": func() (*tollgate.Limiter, error) { return tollgate.New(store, typedNilResolver) },
+		"typed-nil fallback": func() (*tollgate.Limiter, error) {
+			return tollgate.New(store, free, tollgate.WithFallbackStore(typedNil))
+		},
+		"bad policy":          func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithFailurePolicy(7)) },
+		"zero store timeout":  func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithStoreTimeout(0)) },
+		"zero resolver bound": func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithResolverTimeout(-1)) },
+		"misconfigured store": func() (*tollgate.Limiter, error) {
+			return tollgate.New(&checkedStore{err: errors.Join(tollgate.ErrMisconfigured, errors.New("WRONGPASS"))}, free)
+		},
+		"misconfigured fallback": func() (*tollgate.Limiter, error) {
+			return tollgate.New(store, free, tollgate.WithFallbackStore(&checkedStore{err: tollgate.ErrMisconfigured}))
 		},
 	}
 	for name, build := range cases {
 		if l, err := build(); err == nil || l != nil {
 			t.Errorf("%s: got %v, %v; want an error", name, l, err)
 		}
+	}
+	// A store that is merely out of reach at start is the failure
+	// policy's business, not a reason to refuse to start.
+	if _, err := tollgate.New(&checkedStore{err: errStoreDown}, free, tollgate.WithLogger(nil)); err != nil {
+		t.Errorf("unreachable store: %v", err)
 	}
 }
 
@@ -237,7 +343,8 @@ func TestThrottleEvents(t *testing.T) {
 		t.Fatalf("%d throttle events for 3 denials", len(events))
 	}
 	e := events[0]
-	if e.Tenant != "t" || e.Plan.Name != "free" || e.Method != "GET" || e.Route != "/api/hello" || e.Allowed || e.RetryAfter != 500*time.Millisecond {
+	if e.Tenant != "t" || e.Plan.Name != "free" || e.Policy != "free" || e.Method != "GET" || e.Route != "/api/hello" ||
+		e.Allowed || e.RetryAfter != 500*time.Millisecond {
 		t.Errorf("event %+v", e)
 	}
 }
@@ -298,7 +405,7 @@ func TestThrottleLogIsSampledPerTenant(t *testing.T) {
 	}
 	first := lines[0]
 	for field, want := range map[string]any{
-		"msg": "request throttled", "level": "WARN", "tenant_id": "loop", "plan": "free", "cost": 1.0,
+		"msg": "request throttled", "level": "WARN", "tenant_id": "loop", "plan": "free", "policy": "free", "cost": 1.0,
 		"limit": 20.0, "rate": 2.0, "remaining": 0.0, "method": "POST",
 		"route": "/api/reports", "suppressed": 0.0,
 	} {
@@ -312,6 +419,63 @@ func TestThrottleLogIsSampledPerTenant(t *testing.T) {
 	last := lines[len(lines)-1]
 	if last["msg"] != "throttled requests not logged" || last["tenant_id"] != "loop" {
 		t.Errorf("last line %v, want the final count for loop", last)
+	}
+}
+
+// TestDelayedRequestsLogged: the Limiter's own log counts requests granted
+// after a wait, with their delay, sampled per tenant at level Info, apart
+// from the throttle lines.
+func TestDelayedRequestsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	resolver, _ := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
+	l, clock := newModelLimiter(t, resolver, tollgate.WithLogger(logger))
+	ctx := context.Background()
+	take := func(tenant string, maxDelay time.Duration) tollgate.Decision {
+		d, err := l.Take(ctx, tollgate.Request{Tenant: tenant, MaxDelay: maxDelay, Method: "GET", Route: "/api/hello"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for range 20 { // the free plan's burst
+		take("slow", 0)
+	}
+	// Five reservations, 500ms apart: one line, four suppressed.
+	for i := range 5 {
+		if d := take("slow", 10*time.Second); !d.Allowed || d.Delay != time.Duration(i+1)*500*time.Millisecond {
+			t.Fatalf("reservation %d: %+v", i, d)
+		}
+	}
+	if d := take("slow", 0); d.Allowed {
+		t.Fatal("the bucket is not empty")
+	}
+	clock.Advance(2 * time.Second)
+	take("other", 0) // any decision an interval later reports the quiet tenant
+	lines := decodeLines(t, &buf)
+	byMsg := map[string][]map[string]any{}
+	for _, line := range lines {
+		byMsg[line["msg"].(string)] = append(byMsg[line["msg"].(string)], line)
+	}
+	delayed := byMsg["request delayed"]
+	if len(delayed) != 1 {
+		t.Fatalf("%d request delayed lines, want 1 (sampled): %v", len(delayed), lines)
+	}
+	for field, want := range map[string]any{
+		"level": "INFO", "tenant_id": "slow", "plan": "free", "policy": "free", "limit": 20.0, "rate": 2.0,
+		"cost": 1.0, "remaining": 0.0, "delay_ms": 500.0, "method": "GET", "route": "/api/hello", "suppressed": 0.0,
+	} {
+		if delayed[0][field] != want {
+			t.Errorf("request delayed %s = %v, want %v", field, delayed[0][field], want)
+		}
+	}
+	quiet := byMsg["delayed requests not logged"]
+	if len(quiet) != 1 || quiet[0]["tenant_id"] != "slow" || quiet[0]["suppressed"] != 4.0 {
+		t.Errorf("delayed requests not logged: %v, want one line for slow counting 4", quiet)
+	}
+	// The denial is a throttle line of its own.
+	if th := byMsg["request throttled"]; len(th) != 1 || th[0]["tenant_id"] != "slow" {
+		t.Errorf("request throttled lines: %v, want the one denial", th)
 	}
 }
 
@@ -331,12 +495,6 @@ func decodeLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 	return out
 }
 
-func newMemory(t *testing.T) *memory.Store {
-	s := memory.New()
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // halving is a fallback that decides under half of each burst, as a
 // redisstore.DividedStore does for two replicas.
 type halving struct{ inner *memory.Store }
@@ -351,12 +509,15 @@ func (h halving) Take(ctx context.Context, key string, l tollgate.Limit, cost in
 
 func (h halving) LimitFor(l tollgate.Limit, _ int64) tollgate.Limit { return h.half(l) }
 
-func TestFallbackHeadersDescribeTheFallbackBucket(t *testing.T) {
-	l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallbackStore(halving{newMemory(t)}))
+func TestFallbackFiguresDescribeTheFallbackBucket(t *testing.T) {
+	l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallbackStore(halving{memory.New()}))
 	d, _ := l.Take(context.Background(), tollgate.Request{Tenant: "t"})
-	h := http.Header{}
-	d.WriteHeaders(h)
-	if h.Get("X-RateLimit-Limit") != "10" || h.Get("RateLimit-Policy") != `"free";q=10;w=10` || h.Get("X-RateLimit-Remaining") != "9" {
-		t.Fatalf("fallback headers %v, want the halved free bucket (10 at 1/s)", h)
+	p := d.Policies()
+	if len(p) != 1 || p[0].Limit.Burst != 10 || p[0].Limit.Rate != 1 || d.Remaining != 9 {
+		t.Fatalf("fallback policies %+v remaining %d, want the halved free bucket (10 at 1/s)", p, d.Remaining)
 	}
 }
+
+func storetestModel() *storetest.ModelStore { return storetest.NewModelStore(time.Now) }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

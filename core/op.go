@@ -14,7 +14,10 @@ import (
 //
 // A token bucket's state is its theoretical arrival time, as GCRA computes
 // it. A quota's state is the tokens used in the current period, kept apart
-// per period: a request in a new period starts from an unused quota.
+// per period: a request in a new period starts from an unused quota. A
+// quota's Result has the tokens left in the period as Remaining, the time
+// until the period ends as ResetAfter (0 while nothing of it is used), and,
+// on a denial, the time until the next period starts as RetryAfter.
 type Rule struct {
 	// Sub tells this rule's state apart from the other rules of the same
 	// Key: "" is the tenant's main bucket, the one Store.Take keeps under
@@ -52,8 +55,10 @@ const (
 	// and from none otherwise. With MaxDelay > 0 a token bucket that is
 	// short of tokens may reserve them instead: see Op.MaxDelay.
 	OpTake OpKind = iota
-	// OpInspect reports, in Results, what an OpTake of Cost would find,
-	// and takes nothing.
+	// OpInspect reports, in Results, each rule's state now (tokens left,
+	// time until full) and whether a request of Cost would pass it
+	// (Allowed, and RetryAfter if not), and takes nothing: the Results of
+	// a denied OpTake.
 	OpInspect
 	// OpReset forgets the state of every rule: buckets become full and
 	// the current period of each quota unused.
@@ -126,14 +131,21 @@ type Op struct {
 	Delay time.Duration
 
 	// Results holds one Result per rule, in order: each rule's state
-	// after a granted OpTake, or without the request when it was denied
-	// (RetryAfter then says when that rule alone would allow it). Do
-	// reuses the slice's capacity.
+	// after a granted OpTake; for a denied one (and OpInspect), each
+	// rule's state without the request, Allowed if that rule alone would
+	// pass it, and RetryAfter when it would if not. Do reuses the slice's
+	// capacity.
 	Results []Result
 
+	// Latency is the time the Op spent waiting on I/O (a Redis round
+	// trip, or until it failed), for the Limiter's observers; a store that
+	// never waits leaves it 0, which saves clock reads.
+	Latency time.Duration
+
 	// Marks holds, after a granted OpTake, one number per rule that
-	// OpCancel needs to give the tokens back. They mean something only to
-	// the Store that made them.
+	// OpCancel needs to give the tokens back; an OpCancel reads them. They
+	// mean something only to the Store that made them. Do reuses the
+	// slice's capacity.
 	Marks []int64
 }
 

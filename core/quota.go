@@ -59,17 +59,13 @@ func PerMonth(n int64) Quota { return Quota{Tokens: n, Period: Monthly} }
 // IsZero reports whether q is the zero Quota, which is no quota.
 func (q Quota) IsZero() bool { return q == Quota{} }
 
-// maxQuotaTokens keeps a quota's figures within the 15 digits that RFC 9651
-// allows an integer in a structured header field.
-const maxQuotaTokens = 999_999_999_999_999
-
 // Validate reports why q can not be used, naming the field at fault, or nil.
 func (q Quota) Validate() error {
 	switch {
 	case q.Tokens < 1:
 		return fmt.Errorf("%w: Quota.Tokens must be >= 1, got %d", ErrInvalidLimit, q.Tokens)
-	case q.Tokens > maxQuotaTokens:
-		return fmt.Errorf("%w: Quota.Tokens must be at most %d (15 digits), got %d", ErrInvalidLimit, int64(maxQuotaTokens), q.Tokens)
+	case q.Tokens > MaxBurst:
+		return fmt.Errorf("%w: Quota.Tokens must be at most %d (15 digits), got %d", ErrInvalidLimit, int64(MaxBurst), q.Tokens)
 	case q.Period != Daily && q.Period != Monthly:
 		return fmt.Errorf("%w: Quota.Period must be Daily or Monthly, got %v", ErrInvalidLimit, q.Period)
 	case q.Period == Daily && q.AnchorDay != 0:

@@ -26,18 +26,10 @@ type Result struct {
 // bucket keeps its state and the new limit applies from that call on.
 //
 // Implementations must be safe for concurrent use and must make the decisions
-// that GCRA makes; the storetest package checks both.
+// that GCRA makes; the storetest package checks both. A Store that also
+// implements MultiStore gets every call of a Limiter through Do instead.
 type Store interface {
 	Take(ctx context.Context, key string, limit Limit, cost int64) (Result, error)
-}
-
-// A NonBlockingStore is a Store whose Take never waits on I/O, such as the
-// in-process memory store. The Limiter calls it without a deadline, which
-// saves setting up a timer on every request.
-type NonBlockingStore interface {
-	Store
-	// NonBlocking is a marker; it is never called.
-	NonBlocking()
 }
 
 // GCRA computes one decision of the generic cell rate algorithm, the exact
@@ -79,11 +71,12 @@ func GCRA(tat, now int64, limit Limit, cost int64) (newTAT int64, r Result) {
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// A LimitingStore is a Store that decides under a limit of its own derived
-// from the one it is given, such as a fallback that divides each limit among
-// the replicas of a fleet. LimitFor returns the limit a Take of cost under
-// limit is decided by; the Limiter puts it in the response headers, so that
-// they describe the bucket that decided.
+// A LimitingStore is a Store that decides a token bucket under a limit of
+// its own derived from the one it is given, such as a fallback that divides
+// each limit among the replicas of a fleet. LimitFor returns the limit a
+// request of cost under limit is decided by; the Limiter reports it in the
+// Decision's policies, so that response headers describe the bucket that
+// decided.
 type LimitingStore interface {
 	Store
 	LimitFor(limit Limit, cost int64) Limit

@@ -2,7 +2,6 @@ package tollgateecho_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 
@@ -10,12 +9,13 @@ import (
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgateecho "github.com/tollgate-go/tollgate/echo"
 )
 
 func ExampleMiddleware() {
 	// Every tenant gets a burst of 2 requests, refilled at 1 a second.
-	plan := tollgate.Plan{Name: "free", Limit: tollgate.PerSecond(1, 2)}
+	plan := tollgate.Plan{Name: "free", Limit: tollgate.Limit{Rate: 1, Burst: 2}}
 	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
 	if err != nil {
 		panic(err)
@@ -39,17 +39,22 @@ func ExampleMiddleware() {
 	fmt.Print(w.Body.String())
 	// Output:
 	// 200 "free";r=1;t=1
-	// 200 "free";r=0;t=2
-	// 429 "free";r=0;t=2
+	// 200 "free";r=0;t=1
+	// 429 "free";r=0;t=1
 	// Retry-After: 1
-	// {"error":"rate_limited","message":"rate limit exceeded: retry in 1s","retry_after":1}
+	// {"error":"rate_limited","message":"rate limit exceeded (free): retry in 1s","retry_after":1,"policy":"free"}
 }
 
 // The tenant usually comes from the authenticated principal, which the
-// application's authentication middleware puts in the Echo context; routes
-// that cost more get a middleware of their own.
+// application's authentication middleware puts in the Echo context. Report
+// exports get a middleware of their own: they cost 10 tokens and also draw
+// from a budget of their own, 50 tokens an hour.
 func ExampleMiddlewareWithConfig() {
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(tollgate.Free), tollgate.WithLogger(nil))
+	team := tollgate.Plan{Name: "team", Limit: tollgate.Limit{Rate: 2, Burst: 100},
+		Policies: []tollgate.Policy{{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}}}}
+	// The store must be a tollgate.MultiStore, which applies several
+	// policies in one step.
+	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(team), tollgate.WithLogger(nil))
 	if err != nil {
 		panic(err)
 	}
@@ -59,7 +64,7 @@ func ExampleMiddlewareWithConfig() {
 		Skipper: func(c echo.Context) bool { return c.Path() == "/api/status" },
 	}
 	reports := cfg
-	reports.Cost = 10
+	reports.Cost, reports.Budget = 10, "reports"
 
 	e := echo.New()
 	api := e.Group("/api", func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -73,7 +78,7 @@ func ExampleMiddlewareWithConfig() {
 	})
 	api.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello") },
 		tollgateecho.MiddlewareWithConfig(cfg))
-	api.POST("/reports", func(c echo.Context) error { return c.String(http.StatusCreated, "created") },
+	api.POST("/reports", func(c echo.Context) error { return c.String(http.StatusAccepted, "queued") },
 		tollgateecho.MiddlewareWithConfig(reports))
 
 	for _, r := range []struct{ method, path string }{{"GET", "/api/hello"}, {"POST", "/api/reports"}} {
@@ -81,11 +86,11 @@ func ExampleMiddlewareWithConfig() {
 		req.Header.Set("Authorization", "Bearer secret-of-acme")
 		w := httptest.NewRecorder()
 		e.ServeHTTP(w, req)
-		fmt.Println(r.method, r.path, w.Code, w.Header().Get("X-RateLimit-Remaining"))
+		fmt.Println(r.method, r.path, w.Code, w.Header().Get("RateLimit"))
 	}
 	// Output:
-	// GET /api/hello 200 19
-	// POST /api/reports 201 9
+	// GET /api/hello 200 "team";r=99;t=1
+	// POST /api/reports 202 "team";r=89;t=1, "team-reports";r=40;t=72
 }
 
 // ToMiddleware reports a configuration mistake at start-up.
@@ -93,28 +98,38 @@ func ExampleConfig_ToMiddleware() {
 	_, err := tollgateecho.Config{}.ToMiddleware()
 	fmt.Println(err)
 	// Output:
-	// tollgateecho: Config.Limiter is nil
+	// tollgatehttp: the Limiter is nil
 }
 
-// Behind a load balancer, tell Echo which proxies to believe before keying
-// by client address.
+// Anonymous clients are keyed by address. X-Forwarded-For is believed only
+// from the proxies named here, whatever the Echo instance's IPExtractor
+// says.
 func ExampleTenantFromClientIP() {
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(tollgate.Free), tollgate.WithLogger(nil))
+	proxies, err := tollgatehttp.ParsePrefixes("10.0.0.0/8")
+	if err != nil {
+		panic(err)
+	}
+	free := tollgate.DefaultPlans()[0]
+	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(free), tollgate.WithLogger(nil))
 	if err != nil {
 		panic(err)
 	}
 	e := echo.New()
-	_, lb, _ := net.ParseCIDR("10.0.0.0/8")
-	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustIPRange(lb))
-	e.Use(tollgateecho.MiddlewareWithConfig(tollgateecho.Config{Limiter: l, Tenant: tollgateecho.TenantFromClientIP()}))
+	e.Use(tollgateecho.MiddlewareWithConfig(tollgateecho.Config{Limiter: l, Tenant: tollgateecho.TenantFromClientIP(proxies...)}))
 	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
 
-	req := httptest.NewRequest("GET", "/hello", nil)
-	req.RemoteAddr = "10.0.0.7:5000" // the load balancer
-	req.Header.Set("X-Forwarded-For", "203.0.113.9")
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, req)
-	fmt.Println(w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	// Twice through the load balancer, then from a client that claims
+	// the same address: it gets a bucket of its own.
+	for _, peer := range []string{"10.0.0.7:5000", "10.0.0.8:5000", "198.51.100.2:5000"} {
+		req := httptest.NewRequest("GET", "/hello", nil)
+		req.RemoteAddr = peer
+		req.Header.Set("X-Forwarded-For", "203.0.113.9")
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, req)
+		fmt.Println(peer, w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	}
 	// Output:
-	// 200 19
+	// 10.0.0.7:5000 200 19
+	// 10.0.0.8:5000 200 18
+	// 198.51.100.2:5000 200 19
 }

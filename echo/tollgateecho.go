@@ -5,30 +5,30 @@
 // register with e.Use, on a group or on a single route. For every limited
 // request it sets the rate-limit response headers and either calls the next
 // handler or returns an *echo.HTTPError whose Message is a
-// tollgate.ResponseBody, so that the application's own HTTPErrorHandler
-// renders the answer: 429 when the tenant's bucket is empty, 503 when the
-// store is down under tollgate.FailClosed, 401 when the request has no
-// tenant, and 500 when the Limiter is misconfigured (the cause is logged,
-// not sent). Echo's default error handler renders the body as JSON.
+// tollgatehttp.ResponseBody, so that the application's own HTTPErrorHandler
+// renders the answer: 429 when a policy of the tenant's plan is exhausted,
+// 503 when the store is down under tollgate.FailClosed, 401 when the request
+// has no tenant, 400 when its tenant ID is too long, and 500 when the
+// Limiter is misconfigured (the cause is logged, not sent). Echo's default
+// error handler renders the body as JSON.
 package tollgateecho
 
 import (
-	"errors"
+	"context"
 	"net/http"
-	"sync"
+	"net/netip"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
-// DefaultTenantHeader is the request header the middleware reads the tenant
-// from unless Config.Tenant says otherwise.
-const DefaultTenantHeader = "X-Tenant-ID"
-
 // Config configures the middleware. Zero fields take the value of
-// DefaultConfig; Limiter is required.
+// DefaultConfig; Limiter is required. The fields mean what the fields of
+// tollgatehttp.Spec of the same names say, as in every tollgate adapter.
 type Config struct {
 	// Skipper exempts a request from limiting: it reaches the next handler
 	// without rate-limit headers and takes no tokens.
@@ -37,7 +37,8 @@ type Config struct {
 	// Limiter decides on every request that is not skipped.
 	Limiter *tollgate.Limiter
 
-	// Tenant finds the tenant of a request. It should come from the
+	// Tenant finds the tenant of a request (default: the
+	// tollgatehttp.DefaultTenantHeader header). It should come from the
 	// authenticated principal, as TenantFromContext reads it: a bare
 	// header lets any client spend any tenant's budget.
 	Tenant func(c echo.Context) string
@@ -50,25 +51,45 @@ type Config struct {
 	// Cost; a result < 1 counts as 1.
 	CostFunc func(c echo.Context) int64
 
+	// Route names the route in events, logs and metrics (default:
+	// c.Path(), the route pattern Echo matched).
+	Route func(c echo.Context) string
+
+	// Budget, if set, makes every request also draw from the budget of
+	// that name in its tenant's plan (see tollgate.Policy).
+	Budget string
+
+	// MaxDelay, if > 0, holds a request that its tenant's policies would
+	// allow within MaxDelay and then serves it, instead of answering 429:
+	// a client slightly over its rate is slowed down rather than
+	// bounced. A request that would wait longer is answered at once. See
+	// tollgatehttp.Spec.MaxDelay.
+	MaxDelay time.Duration
+
+	// MaxHeld bounds the requests of one tenant held at once under
+	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
+	// is answered at once.
+	MaxHeld int
+
 	// DenyHandler, if set, answers a denied request instead of the
-	// default *echo.HTTPError carrying d.DenialStatus() and
-	// d.DenialBody(). The rate-limit headers, Retry-After included, are
-	// set when it is called. It writes a response or returns an error for
-	// the HTTPErrorHandler.
+	// default *echo.HTTPError carrying tollgatehttp.DenialStatus and
+	// DenialBody. The rate-limit headers, Retry-After included, are set
+	// when it is called. It writes a response or returns an error for the
+	// HTTPErrorHandler.
 	DenyHandler func(c echo.Context, d tollgate.Decision) error
 
 	// MissingTenantHandler, if set, answers a request without a tenant
 	// instead of the default *echo.HTTPError 401 carrying
-	// tollgate.MissingTenantBody. Returning next(c) lets the request
+	// tollgatehttp.MissingTenantBody. Returning next(c) lets the request
 	// through unlimited.
 	MissingTenantHandler func(c echo.Context, next echo.HandlerFunc) error
 }
 
 // DefaultConfig holds the values that zero Config fields take: no request
-// skipped, the tenant from the X-Tenant-ID header, a cost of 1.
+// skipped, the tenant from the X-Tenant-ID header, a cost of 1, the route
+// from c.Path(), and no request held (MaxDelay 0).
 var DefaultConfig = Config{
 	Skipper: middleware.DefaultSkipper,
-	Tenant:  TenantFromHeader(DefaultTenantHeader),
 	Cost:    1,
 }
 
@@ -83,10 +104,9 @@ func Middleware(l *tollgate.Limiter) echo.MiddlewareFunc {
 // MiddlewareWithConfig returns middleware configured by cfg.
 //
 // Unlike Echo's own middleware it does not panic on an invalid cfg (a nil
-// Limiter): the middleware it returns then answers every request with a
-// 500 *echo.HTTPError, whose Internal error names the mistake, and logs the
-// mistake once to the Echo logger. Use Config.ToMiddleware to get the error
-// at start-up instead.
+// Limiter): it logs the mistake at once, and the middleware it returns
+// answers every request with a 500 *echo.HTTPError whose Internal error
+// names the mistake. Use Config.ToMiddleware to get the error instead.
 func MiddlewareWithConfig(cfg Config) echo.MiddlewareFunc {
 	mw, err := cfg.ToMiddleware()
 	if err != nil {
@@ -95,25 +115,38 @@ func MiddlewareWithConfig(cfg Config) echo.MiddlewareFunc {
 	return mw
 }
 
+// framework tells tollgatehttp how to read an Echo request.
+var framework = tollgatehttp.Framework[echo.Context]{
+	Context: func(c echo.Context) context.Context { return c.Request().Context() },
+	Method:  func(c echo.Context) string { return c.Request().Method },
+	Header:  func(c echo.Context, name string) string { return c.Request().Header.Get(name) },
+	Route:   func(c echo.Context) string { return c.Path() },
+}
+
 // ToMiddleware returns middleware configured by c, or an error if c can not
 // work.
 func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
-	if c.Limiter == nil {
-		return nil, errors.New("tollgateecho: Config.Limiter is nil")
+	h, err := tollgatehttp.Build(tollgatehttp.Spec[echo.Context]{
+		Limiter:  c.Limiter,
+		Tenant:   c.Tenant,
+		Cost:     c.Cost,
+		CostFunc: c.CostFunc,
+		Skip:     c.Skipper,
+		Route:    c.Route,
+		Budget:   c.Budget,
+		MaxDelay: c.MaxDelay,
+		MaxHeld:  c.MaxHeld,
+	}, framework)
+	if err != nil {
+		return nil, err
 	}
-	if c.Skipper == nil {
-		c.Skipper = DefaultConfig.Skipper
-	}
-	if c.Tenant == nil {
-		c.Tenant = DefaultConfig.Tenant
-	}
-	c.Cost = max(c.Cost, 1)
-	m := &limiter{cfg: c}
+	m := &limiter{cfg: c, h: h}
 	return m.wrap, nil
 }
 
 type limiter struct {
 	cfg Config
+	h   *tollgatehttp.Handler[echo.Context]
 }
 
 func (m *limiter) wrap(next echo.HandlerFunc) echo.HandlerFunc {
@@ -123,32 +156,21 @@ func (m *limiter) wrap(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 func (m *limiter) serve(c echo.Context, next echo.HandlerFunc) error {
-	cfg := &m.cfg
-	if cfg.Skipper(c) {
+	var a tollgatehttp.Answer
+	if !m.h.Decide(c, &a) {
 		return next(c)
 	}
-	cost := cfg.Cost
-	if cfg.CostFunc != nil {
-		cost = max(cfg.CostFunc(c), 1)
-	}
-	r := c.Request()
-	a := cfg.Limiter.Answer(r.Context(), tollgate.Request{
-		Tenant: cfg.Tenant(c),
-		Cost:   cost,
-		Method: r.Method,
-		Route:  c.Path(),
-	})
 	// Set before any answer, so that they reach the client whether the
 	// handler or the error handler writes the response.
-	a.Decision.WriteHeaders(c.Response().Header())
+	tollgatehttp.WriteHeaders(c.Response().Header(), &a.Decision)
 	if a.Status == 0 {
 		return next(c)
 	}
 	switch {
-	case a.Denied() && cfg.DenyHandler != nil:
-		return cfg.DenyHandler(c, a.Decision)
-	case a.MissingTenant() && cfg.MissingTenantHandler != nil:
-		return cfg.MissingTenantHandler(c, next)
+	case a.Denied() && m.cfg.DenyHandler != nil:
+		return m.cfg.DenyHandler(c, a.Decision)
+	case a.MissingTenant() && m.cfg.MissingTenantHandler != nil:
+		return m.cfg.MissingTenantHandler(c, next)
 	}
 	// The error handler renders the body; the header keeps browsers from
 	// sniffing it as anything but JSON, as the other adapters' answers do.
@@ -180,40 +202,31 @@ func TenantFromHeader(name string) func(echo.Context) string {
 // middleware before the limiter.
 func TenantFromContext(key string) func(echo.Context) string {
 	return func(c echo.Context) string {
-		return tollgate.TenantString(c.Get(key))
+		return tollgatehttp.TenantString(c.Get(key))
 	}
 }
 
 // TenantFromClientIP returns a tenant function for Config.Tenant that keys
-// each request by its client address, grouped by tollgate.IPKey (an IPv6
-// client by its /64).
-//
-// The address is c.RealIP() when the Echo instance has an IPExtractor,
-// which decides which proxies to believe (echo.ExtractIPFromXFFHeader with
-// the trust options that fit your network). Without one, it is the direct
-// peer: c.RealIP would then believe an X-Forwarded-For header from anyone,
-// letting any client choose its own bucket.
-func TenantFromClientIP() func(echo.Context) string {
-	direct := echo.ExtractIPDirect()
-	return func(c echo.Context) string {
-		if e := c.Echo(); e != nil && e.IPExtractor != nil {
-			return tollgate.IPKeyString(c.RealIP())
-		}
-		return tollgate.IPKeyString(direct(c.Request()))
-	}
+// each request by its client address, grouped by tollgatehttp.IPKey (an
+// IPv6 client by its /64). The address is the TCP peer's unless the peer is
+// one of trustedProxies: only then are X-Forwarded-For and X-Real-IP
+// believed, read from the right (see tollgatehttp.ClientIP). It ignores the
+// Echo instance's IPExtractor.
+func TenantFromClientIP(trustedProxies ...netip.Prefix) func(echo.Context) string {
+	tenant := tollgatehttp.TenantFromClientIP(trustedProxies...)
+	return func(c echo.Context) string { return tenant(c.Request()) }
 }
 
-// misconfigured returns middleware that fails every request with 500 and
-// logs err on the first one, so that a configuration mistake is loud in the
-// first test or deployment without crashing the process.
+// misconfigured logs err now and returns middleware that fails every
+// request with 500, so that a configuration mistake is loud at start-up and
+// in the first test without crashing the process.
 func misconfigured(err error) echo.MiddlewareFunc {
-	var once sync.Once
+	tollgatehttp.LogMisconfiguration(err)
 	return func(echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			once.Do(func() { c.Logger().Errorf("rate limiter misconfigured: every request is refused: %v", err) })
 			// Internal reaches logs and error handlers; the default
 			// error handler sends only Message.
-			return &echo.HTTPError{Code: http.StatusInternalServerError, Message: tollgate.InternalErrorBody, Internal: err}
+			return &echo.HTTPError{Code: http.StatusInternalServerError, Message: tollgatehttp.InternalErrorBody, Internal: err}
 		}
 	}
 }

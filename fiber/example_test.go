@@ -6,14 +6,16 @@ import (
 	"net/http/httptest"
 
 	"github.com/gofiber/fiber/v2"
+
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgatefiber "github.com/tollgate-go/tollgate/fiber"
 )
 
 func ExampleNew() {
 	// Two requests, then one a minute, for every tenant.
-	plan := tollgate.Plan{Name: "free", Limit: tollgate.PerMinute(1, 2)}
+	plan := tollgate.Plan{Name: "free", Limit: tollgate.Limit{Rate: 1.0 / 60, Burst: 2}}
 	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
 	if err != nil {
 		log.Fatal(err)
@@ -34,14 +36,19 @@ func ExampleNew() {
 	}
 	// Output:
 	// 200 "free";r=1;t=60 []
-	// 200 "free";r=0;t=120 []
-	// 429 "free";r=0;t=120 [60]
+	// 200 "free";r=0;t=60 []
+	// 429 "free";r=0;t=60 [60]
 }
 
-// A report costs 10 tokens, other API routes 1; the tenant is the one the
+// Report exports cost 10 tokens and also draw from a budget of their own,
+// 50 tokens an hour; other API routes cost 1. The tenant is the one the
 // application's authentication middleware put in c.Locals.
-func ExampleNew_perRouteCost() {
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(tollgate.Growth), tollgate.WithLogger(nil))
+func ExampleNew_budget() {
+	team := tollgate.Plan{Name: "team", Limit: tollgate.Limit{Rate: 2, Burst: 100},
+		Policies: []tollgate.Policy{{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}}}}
+	// The store must be a tollgate.MultiStore, which applies several
+	// policies in one step.
+	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(team), tollgate.WithLogger(nil))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,52 +56,42 @@ func ExampleNew_perRouteCost() {
 		c.Locals("tenant", "acme") // a real application checks a credential here
 		return c.Next()
 	}
-	byPrincipal := tollgatefiber.TenantFromLocals("tenant")
+	byPrincipal := tollgatefiber.TenantFromContext("tenant")
 
 	app := fiber.New()
 	app.Get("/healthz", func(c *fiber.Ctx) error { return nil }) // not limited
 	api := app.Group("/api", authenticate)
 	api.Get("/hello", tollgatefiber.New(tollgatefiber.Config{Limiter: l, Tenant: byPrincipal}),
 		func(c *fiber.Ctx) error { return c.SendString("hello") })
-	api.Post("/reports", tollgatefiber.New(tollgatefiber.Config{Limiter: l, Tenant: byPrincipal, Cost: 10}),
-		func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusCreated) })
+	api.Post("/reports", tollgatefiber.New(tollgatefiber.Config{Limiter: l, Tenant: byPrincipal, Cost: 10, Budget: "reports"}),
+		func(c *fiber.Ctx) error { return c.SendStatus(fiber.StatusAccepted) })
 
 	resp, err := app.Test(httptest.NewRequest("POST", "/api/reports", nil))
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
+	fmt.Println(resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+	fmt.Println(resp.Header.Get("RateLimit"))
 	// Output:
-	// 201 490
+	// 202 "team";q=100;w=50, "team-reports";q=50;w=3600
+	// "team";r=90;t=1, "team-reports";r=40;t=72
 }
 
-// Anonymous clients are limited by address. Fiber's proxy settings decide
-// whom to believe: here X-Real-IP, set by the load balancers at 10.0.0.0/8.
-func ExampleTenantFromIP() {
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(tollgate.Free), tollgate.WithLogger(nil))
-	if err != nil {
-		log.Fatal(err)
-	}
-	app := fiber.New(fiber.Config{
-		ProxyHeader:             "X-Real-Ip",
-		EnableTrustedProxyCheck: true,
-		TrustedProxies:          []string{"10.0.0.0/8"},
-		EnableIPValidation:      true,
-	})
-	app.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: l, Tenant: tollgatefiber.TenantFromIP()}))
-}
-
-// Anonymous clients are limited by address, reading X-Forwarded-For from the
-// right as the load balancers at 10.0.0.0/8 append to it.
+// Anonymous clients are keyed by address, reading X-Forwarded-For from the
+// right as the load balancers at 10.0.0.0/8 append to it. The app's own
+// proxy settings (ProxyHeader, TrustedProxies) do not change whom the
+// middleware believes.
 func ExampleTenantFromClientIP() {
-	proxies, err := tollgate.ParsePrefixes("10.0.0.0/8")
+	proxies, err := tollgatehttp.ParsePrefixes("10.0.0.0/8")
 	if err != nil {
 		log.Fatal(err)
 	}
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(tollgate.Free), tollgate.WithLogger(nil))
+	free := tollgate.DefaultPlans()[0]
+	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(free), tollgate.WithLogger(nil))
 	if err != nil {
 		log.Fatal(err)
 	}
 	app := fiber.New()
 	app.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: l, Tenant: tollgatefiber.TenantFromClientIP(proxies...)}))
+	app.Get("/hello", func(c *fiber.Ctx) error { return c.SendString("hello") })
 }

@@ -9,6 +9,8 @@
 // It sets the rate-limit headers on every limited response, answers a denied
 // request with 429 (or 503 under tollgate.FailClosed when the store is down)
 // and a JSON body through c.JSON, and passes allowed requests on with c.Next.
+// The fields mean what the fields of tollgatehttp.Spec say, as in every
+// tollgate adapter (Next is Spec.Skip).
 //
 // Fiber reuses the memory behind the strings it hands out once a request
 // ends. The middleware copies the tenant ID and the method before the
@@ -17,20 +19,23 @@
 package tollgatefiber
 
 import (
-	"log/slog"
+	"context"
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
+
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
 // Config configures the middleware New returns. Only Limiter is required.
 type Config struct {
-	// Limiter decides on each request. Without one, New's handler answers
-	// every request 500.
+	// Limiter decides on each request. Without one, New logs the mistake
+	// and its handler answers every request 500.
 	Limiter *tollgate.Limiter
 
 	// Next, when it returns true, lets the request through unlimited and
@@ -38,10 +43,10 @@ type Config struct {
 	Next func(c *fiber.Ctx) bool
 
 	// Tenant returns the tenant of a request, or "" when it has none
-	// (default TenantFromHeader("X-Tenant-ID")). In production the tenant
-	// should come from the authenticated principal: see TenantFromLocals.
-	// The middleware copies the result, which may point into Fiber's
-	// buffers.
+	// (default: the tollgatehttp.DefaultTenantHeader header). In
+	// production the tenant should come from the authenticated principal:
+	// see TenantFromContext. The middleware copies the result, which may
+	// point into Fiber's buffers.
 	Tenant func(c *fiber.Ctx) string
 
 	// Cost is the number of tokens each request takes (default 1).
@@ -51,83 +56,104 @@ type Config struct {
 	// Cost; a result < 1 counts as 1.
 	CostFunc func(c *fiber.Ctx) int64
 
-	// Route names the route of a request in throttle events and logs
-	// (default c.Route().Path). Under app.Use or a Group that is the
-	// middleware's prefix, as Fiber matches the final route only after the
-	// middleware has run; register the middleware on the route itself for
-	// the full path. Return patterns, not raw paths, so that logs do not
-	// get a route per URL.
+	// Route names the route in events, logs and metrics (default
+	// c.Route().Path). Under app.Use or a Group that is the middleware's
+	// prefix, as Fiber matches the final route only after the middleware
+	// has run; register the middleware on the route itself for the full
+	// pattern.
 	Route func(c *fiber.Ctx) string
 
-	// LimitReached answers a denied request (default: the Decision's
-	// DenialStatus with its DenialBody as JSON). The rate-limit headers,
-	// Retry-After included, are already set.
+	// Budget, if set, makes every request also draw from the budget of
+	// that name in its tenant's plan (see tollgate.Policy).
+	Budget string
+
+	// MaxDelay, if > 0, holds a request that its tenant's policies would
+	// allow within MaxDelay and then serves it, instead of answering 429:
+	// a client slightly over its rate is slowed down rather than
+	// bounced. A request that would wait longer is answered at once. See
+	// tollgatehttp.Spec.MaxDelay. Fiber's request context (c.UserContext)
+	// does not end when the client goes away, so a held request is
+	// served at its time even then.
+	MaxDelay time.Duration
+
+	// MaxHeld bounds the requests of one tenant held at once under
+	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
+	// is answered at once.
+	MaxHeld int
+
+	// LimitReached answers a denied request (default: DenialStatus with
+	// DenialBody as JSON). The rate-limit headers, Retry-After included,
+	// are already set.
 	LimitReached func(c *fiber.Ctx, d tollgate.Decision) error
 
 	// MissingTenant answers a request without a tenant (default: 401 with
-	// tollgate.MissingTenantBody). To let such requests through, pass a
-	// handler that calls c.Next, or exempt them with Next.
+	// tollgatehttp.MissingTenantBody). To let such requests through, pass
+	// a handler that calls c.Next, or exempt them with Next.
 	MissingTenant fiber.Handler
 }
 
 // ConfigDefault is the configuration New completes a Config with: the
 // tenant from the X-Tenant-ID header, one token a request and the route
 // from c.Route().Path. It has no Limiter.
-var ConfigDefault = Config{
-	Tenant: TenantFromHeader("X-Tenant-ID"),
-	Cost:   1,
-	Route:  routePath,
+var ConfigDefault = Config{Cost: 1}
+
+// framework tells tollgatehttp how to read a Fiber request, copying what
+// the Limiter may keep.
+var framework = tollgatehttp.Framework[*fiber.Ctx]{
+	Context: func(c *fiber.Ctx) context.Context { return c.UserContext() },
+	Method:  func(c *fiber.Ctx) string { return method(c.Method()) },
+	Header: func(c *fiber.Ctx, name string) string {
+		return string(c.Request().Header.Peek(name))
+	},
+	Route: func(c *fiber.Ctx) string { return c.Route().Path },
 }
 
 // New returns middleware that limits each request with config.Limiter; see
 // Config for the defaults.
 //
-// A Config without a Limiter is a configuration error that New logs once,
-// with slog.Default; the handler then answers every request 500 with
-// tollgate.InternalErrorBody rather than panic or let requests through
+// A Config without a Limiter is a configuration error that New logs at
+// once, with slog.Default; the handler then answers every request 500 with
+// tollgatehttp.InternalErrorBody rather than panic or let requests through
 // unlimited.
 func New(config ...Config) fiber.Handler {
 	cfg := ConfigDefault
 	if len(config) > 0 {
 		cfg = config[0]
 	}
-	if cfg.Limiter == nil {
-		slog.Error("tollgatefiber: New: Config.Limiter is nil; every request will be answered 500")
+	tenant := cfg.Tenant
+	if tenant != nil {
+		tenant = func(c *fiber.Ctx) string { return strings.Clone(cfg.Tenant(c)) }
+	}
+	h, err := tollgatehttp.Build(tollgatehttp.Spec[*fiber.Ctx]{
+		Limiter:  cfg.Limiter,
+		Tenant:   tenant,
+		Cost:     cfg.Cost,
+		CostFunc: cfg.CostFunc,
+		Skip:     cfg.Next,
+		Route:    cfg.Route,
+		Budget:   cfg.Budget,
+		MaxDelay: cfg.MaxDelay,
+		MaxHeld:  cfg.MaxHeld,
+	}, framework)
+	if err != nil {
+		tollgatehttp.LogMisconfiguration(err)
 		return func(c *fiber.Ctx) error {
-			return c.Status(http.StatusInternalServerError).JSON(tollgate.InternalErrorBody)
+			return c.Status(http.StatusInternalServerError).JSON(tollgatehttp.InternalErrorBody)
 		}
 	}
-	if cfg.Tenant == nil {
-		cfg.Tenant = ConfigDefault.Tenant
-	}
-	if cfg.Cost < 1 {
-		cfg.Cost = 1
-	}
-	if cfg.Route == nil {
-		cfg.Route = ConfigDefault.Route
-	}
-	return cfg.handle
+	return func(c *fiber.Ctx) error { return cfg.handle(h, c) }
 }
 
-func (cfg *Config) handle(c *fiber.Ctx) error {
-	if cfg.Next != nil && cfg.Next(c) {
+func (cfg *Config) handle(h *tollgatehttp.Handler[*fiber.Ctx], c *fiber.Ctx) error {
+	var a tollgatehttp.Answer
+	if !h.Decide(c, &a) {
 		return c.Next()
 	}
-	cost := cfg.Cost
-	if cfg.CostFunc != nil {
-		cost = max(cfg.CostFunc(c), 1)
-	}
-	a := cfg.Limiter.Answer(c.UserContext(), tollgate.Request{
-		Tenant: strings.Clone(cfg.Tenant(c)),
-		Cost:   cost,
-		Method: method(c.Method()),
-		Route:  cfg.Route(c),
-	})
 	// SetCanonical, as tollgate's header names are in fasthttp's canonical
 	// form already: c.Set would copy and normalise each name first.
-	h := &c.Response().Header
-	a.Decision.VisitHeaders(func(name, value string) {
-		h.SetCanonical(utils.UnsafeBytes(name), utils.UnsafeBytes(value))
+	rh := &c.Response().Header
+	tollgatehttp.VisitHeaders(&a.Decision, func(name, value string) {
+		rh.SetCanonical(utils.UnsafeBytes(name), utils.UnsafeBytes(value))
 	})
 	switch {
 	case a.Status == 0:
@@ -140,8 +166,6 @@ func (cfg *Config) handle(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
 	return c.Status(a.Status).JSON(a.Body)
 }
-
-func routePath(c *fiber.Ctx) string { return c.Route().Path }
 
 // method returns m as one of the net/http constants, which outlive the
 // request, and copies only methods that are not among them.
@@ -174,36 +198,22 @@ func TenantFromHeader(name string) func(c *fiber.Ctx) string {
 	}
 }
 
-// TenantFromLocals returns a Config.Tenant function that reads c.Locals(key),
-// as set by the application's authentication middleware. The value must be
-// a string or a fmt.Stringer; anything else, or no value, is a missing
-// tenant.
-func TenantFromLocals(key any) func(c *fiber.Ctx) string {
+// TenantFromContext returns a Config.Tenant function that reads
+// c.Locals(key), as set by the application's authentication middleware. The
+// value must be a string or a fmt.Stringer; anything else, or no value, is a
+// missing tenant.
+func TenantFromContext(key any) func(c *fiber.Ctx) string {
 	return func(c *fiber.Ctx) string {
-		return tollgate.TenantString(c.Locals(key))
-	}
-}
-
-// TenantFromIP returns a Config.Tenant function that keys each request by
-// c.IP(), grouped by tollgate.IPKey (an IPv6 client by its /64), so that
-// the app's ProxyHeader, EnableTrustedProxyCheck and TrustedProxies settings
-// decide whom to believe. Set all three or none: with a ProxyHeader and no
-// proxy check, every client picks its own address. And mind that for an
-// X-Forwarded-For ProxyHeader Fiber takes the leftmost address, which the
-// client wrote unless the proxy replaces the header; prefer a header the
-// proxy sets, such as X-Real-IP, or TenantFromClientIP.
-func TenantFromIP() func(c *fiber.Ctx) string {
-	return func(c *fiber.Ctx) string {
-		return tollgate.IPKeyString(c.IP())
+		return tollgatehttp.TenantString(c.Locals(key))
 	}
 }
 
 // TenantFromClientIP returns a Config.Tenant function that keys each request
-// by its client address as tollgate.ClientIP finds it, grouped by
-// tollgate.IPKey: the TCP peer, unless the peer is one of trustedProxies;
-// only then are X-Forwarded-For and X-Real-IP read, from the right,
-// skipping trusted proxies, so that a client can not pick its own address.
-// It ignores the app's ProxyHeader settings.
+// by its client address, grouped by tollgatehttp.IPKey (an IPv6 client by
+// its /64): the TCP peer, unless the peer is one of trustedProxies; only
+// then are X-Forwarded-For and X-Real-IP read, from the right, skipping
+// trusted proxies, so that a client can not pick its own address. It
+// ignores the app's ProxyHeader settings.
 func TenantFromClientIP(trustedProxies ...netip.Prefix) func(c *fiber.Ctx) string {
 	return func(c *fiber.Ctx) string {
 		peer, _ := netip.AddrFromSlice(c.Context().RemoteIP())
@@ -212,8 +222,8 @@ func TenantFromClientIP(trustedProxies ...netip.Prefix) func(c *fiber.Ctx) strin
 			fwd = append(fwd, utils.UnsafeString(v))
 		}
 		realIP := utils.UnsafeString(c.Request().Header.Peek("X-Real-Ip"))
-		if ip := tollgate.ForwardedClientIP(peer, fwd, realIP, trustedProxies); ip.IsValid() {
-			return tollgate.IPKey(ip)
+		if ip := tollgatehttp.ForwardedClientIP(peer, fwd, realIP, trustedProxies); ip.IsValid() {
+			return tollgatehttp.IPKey(ip)
 		}
 		return ""
 	}

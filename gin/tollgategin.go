@@ -4,83 +4,98 @@
 // New returns a gin.HandlerFunc to register on an engine, a group or a single
 // route. For every limited request it sets the rate-limit response headers
 // and either lets the request through or aborts the chain with the
-// Limiter's answer as JSON: 429 when the tenant's bucket is empty, 503 when
-// the store is down under tollgate.FailClosed, 401 when the request has no
-// tenant, and 500 when the Limiter is misconfigured (the cause is logged, not
-// sent).
+// Limiter's answer as JSON: 429 when a policy of the tenant's plan is
+// exhausted, 503 when the store is down under tollgate.FailClosed, 401 when
+// the request has no tenant, 400 when its tenant ID is too long, and 500
+// when the Limiter is misconfigured (the cause is logged, not sent).
+//
+// The options mean what the fields of tollgatehttp.Spec say, as in every
+// tollgate adapter, and may come in any order.
 package tollgategin
 
 import (
-	"errors"
-	"log/slog"
+	"context"
 	"net/http"
+	"net/netip"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
-// DefaultTenantHeader is the request header New reads the tenant from unless
-// WithTenant says otherwise.
-const DefaultTenantHeader = "X-Tenant-ID"
-
 // An Option configures the handler New returns.
-type Option func(*limiter)
+type Option func(*config)
 
-type limiter struct {
-	l             *tollgate.Limiter
-	tenant        func(*gin.Context) string
-	cost          int64
-	costFunc      func(*gin.Context) int64
-	skip          func(*gin.Context) bool
+type config struct {
+	spec          tollgatehttp.Spec[*gin.Context]
 	deny          func(*gin.Context, tollgate.Decision)
 	missingTenant gin.HandlerFunc
 }
 
-// WithTenant sets how the handler finds the tenant of a request (default
-// TenantFromHeader(DefaultTenantHeader)); nil keeps the default. The tenant
-// should come from the authenticated principal, as TenantFromContext reads
-// it: a bare header lets any client spend any tenant's budget.
+// WithTenant sets how the handler finds the tenant of a request (default:
+// the tollgatehttp.DefaultTenantHeader header). The tenant should come from
+// the authenticated principal, as TenantFromContext reads it: a bare header
+// lets any client spend any tenant's budget.
 func WithTenant(fn func(c *gin.Context) string) Option {
-	return func(m *limiter) {
-		if fn != nil {
-			m.tenant = fn
-		}
-	}
+	return func(m *config) { m.spec.Tenant = fn }
 }
 
 // WithCost sets the tokens each request takes (default 1; n < 1 means 1).
 // Register a separate handler on the routes that cost more.
 func WithCost(n int64) Option {
-	return func(m *limiter) { m.cost, m.costFunc = max(n, 1), nil }
+	return func(m *config) { m.spec.Cost = n }
 }
 
 // WithCostFunc sets a function that gives the tokens each request takes; a
-// result < 1 counts as 1. It overrides WithCost.
+// result < 1 counts as 1. It wins over WithCost.
 func WithCostFunc(fn func(c *gin.Context) int64) Option {
-	return func(m *limiter) { m.costFunc = fn }
+	return func(m *config) { m.spec.CostFunc = fn }
 }
 
 // WithSkip sets a function that exempts a request from limiting: it goes on
 // down the chain without rate-limit headers and takes no tokens.
 func WithSkip(fn func(c *gin.Context) bool) Option {
-	return func(m *limiter) { m.skip = fn }
+	return func(m *config) { m.spec.Skip = fn }
+}
+
+// WithRoute sets how events, logs and metrics name the route (default:
+// c.FullPath(), the route pattern gin matched).
+func WithRoute(fn func(c *gin.Context) string) Option {
+	return func(m *config) { m.spec.Route = fn }
+}
+
+// WithBudget makes every request also draw from the named budget of its
+// tenant's plan (see tollgate.Policy), such as "reports" on an export route.
+func WithBudget(name string) Option {
+	return func(m *config) { m.spec.Budget = name }
+}
+
+// WithMaxDelay holds a request that its tenant's policies would allow
+// within d and then serves it, instead of answering 429: a client slightly
+// over its rate is slowed down rather than bounced. At most maxHeld
+// requests of one tenant are held at once (0 means
+// tollgatehttp.DefaultMaxHeld); past that, or past d, a request is
+// answered at once. See tollgatehttp.Spec.MaxDelay.
+func WithMaxDelay(d time.Duration, maxHeld int) Option {
+	return func(m *config) { m.spec.MaxDelay, m.spec.MaxHeld = d, maxHeld }
 }
 
 // WithDenyHandler replaces the answer to a denied request (default
-// c.AbortWithStatusJSON with the Decision's DenialStatus and DenialBody).
+// c.AbortWithStatusJSON with tollgatehttp.DenialStatus and DenialBody).
 // When fn is called the chain is already aborted and the rate-limit headers,
 // Retry-After included, are set; fn writes the response.
 func WithDenyHandler(fn func(c *gin.Context, d tollgate.Decision)) Option {
-	return func(m *limiter) { m.deny = fn }
+	return func(m *config) { m.deny = fn }
 }
 
 // WithMissingTenantHandler replaces the answer to a request without a tenant
-// (default 401 with tollgate.MissingTenantBody). fn either answers and
+// (default 401 with tollgatehttp.MissingTenantBody). fn either answers and
 // aborts the chain, or returns without aborting, which lets the request
 // through unlimited.
 func WithMissingTenantHandler(fn gin.HandlerFunc) Option {
-	return func(m *limiter) { m.missingTenant = fn }
+	return func(m *config) { m.missingTenant = fn }
 }
 
 // TenantFromHeader returns a tenant function for WithTenant that reads the
@@ -89,8 +104,6 @@ func WithMissingTenantHandler(fn gin.HandlerFunc) Option {
 func TenantFromHeader(name string) func(*gin.Context) string {
 	key := http.CanonicalHeaderKey(name)
 	return func(c *gin.Context) string {
-		// Indexing the map with the canonical key saves the
-		// canonicalisation that Header.Get repeats on every call.
 		if v := c.Request.Header[key]; len(v) > 0 {
 			return v[0]
 		}
@@ -106,23 +119,27 @@ func TenantFromHeader(name string) func(*gin.Context) string {
 func TenantFromContext(key any) func(*gin.Context) string {
 	return func(c *gin.Context) string {
 		v, _ := c.Get(key)
-		return tollgate.TenantString(v)
+		return tollgatehttp.TenantString(v)
 	}
 }
 
 // TenantFromClientIP returns a tenant function for WithTenant that keys each
-// request by its client address, as c.ClientIP finds it, grouped by
-// tollgate.IPKey (an IPv6 client by its /64).
-//
-// c.ClientIP believes X-Forwarded-For only from the proxies the engine
-// trusts, and a gin engine trusts every address until told otherwise, which
-// would let any client choose its own bucket. Call
-// engine.SetTrustedProxies with the addresses of your proxies, or nil when
-// clients connect directly.
-func TenantFromClientIP() func(*gin.Context) string {
-	return func(c *gin.Context) string {
-		return tollgate.IPKeyString(c.ClientIP())
-	}
+// request by its client address, grouped by tollgatehttp.IPKey (an IPv6
+// client by its /64). The address is the TCP peer's unless the peer is one
+// of trustedProxies: only then are X-Forwarded-For and X-Real-IP believed,
+// read from the right (see tollgatehttp.ClientIP). It ignores the engine's
+// own trusted-proxy settings, which trust every address by default.
+func TenantFromClientIP(trustedProxies ...netip.Prefix) func(*gin.Context) string {
+	tenant := tollgatehttp.TenantFromClientIP(trustedProxies...)
+	return func(c *gin.Context) string { return tenant(c.Request) }
+}
+
+// framework tells tollgatehttp how to read a gin request.
+var framework = tollgatehttp.Framework[*gin.Context]{
+	Context: func(c *gin.Context) context.Context { return c.Request.Context() },
+	Method:  func(c *gin.Context) string { return c.Request.Method },
+	Header:  func(c *gin.Context, name string) string { return c.Request.Header.Get(name) },
+	Route:   (*gin.Context).FullPath,
 }
 
 // New returns gin middleware that limits each request with l. It sets the
@@ -134,35 +151,28 @@ func TenantFromClientIP() func(*gin.Context) string {
 // A nil l is a configuration error: New does not panic, but logs the error
 // and returns a handler that answers every request with 500.
 func New(l *tollgate.Limiter, opts ...Option) gin.HandlerFunc {
-	if l == nil {
-		return misconfigured(errors.New("tollgategin: New: the Limiter is nil"))
-	}
-	m := &limiter{l: l, tenant: TenantFromHeader(DefaultTenantHeader), cost: 1}
+	m := &config{spec: tollgatehttp.Spec[*gin.Context]{Limiter: l}}
 	for _, o := range opts {
-		o(m)
+		if o != nil {
+			o(m)
+		}
 	}
-	return m.handle
+	h, err := tollgatehttp.Build(m.spec, framework)
+	if err != nil {
+		return misconfigured(err)
+	}
+	return func(c *gin.Context) { m.handle(h, c) }
 }
 
-func (m *limiter) handle(c *gin.Context) {
-	if m.skip != nil && m.skip(c) {
+func (m *config) handle(h *tollgatehttp.Handler[*gin.Context], c *gin.Context) {
+	var a tollgatehttp.Answer
+	if !h.Decide(c, &a) {
 		return
 	}
-	cost := m.cost
-	if m.costFunc != nil {
-		cost = max(m.costFunc(c), 1)
-	}
-	r := c.Request
-	a := m.l.Answer(r.Context(), tollgate.Request{
-		Tenant: m.tenant(c),
-		Cost:   cost,
-		Method: r.Method,
-		Route:  c.FullPath(),
-	})
 	// Straight into the header map: the names are canonical already, and
 	// one backing array serves all the values, where c.Header would
 	// canonicalise and allocate once per header.
-	a.Decision.WriteHeaders(c.Writer.Header())
+	tollgatehttp.WriteHeaders(c.Writer.Header(), &a.Decision)
 	if a.Status == 0 {
 		return
 	}
@@ -185,10 +195,10 @@ var nosniff = []string{"nosniff"}
 // answers every request with 500, so that a configuration mistake is loud in
 // the first test or deployment without crashing the process.
 func misconfigured(err error) gin.HandlerFunc {
-	slog.Default().Error("rate limiter misconfigured: every request will be refused", slog.String("error", err.Error()))
+	tollgatehttp.LogMisconfiguration(err)
 	return func(c *gin.Context) {
 		// c.Errors reaches gin's logger, never the client.
 		_ = c.Error(err)
-		c.AbortWithStatusJSON(http.StatusInternalServerError, tollgate.InternalErrorBody)
+		c.AbortWithStatusJSON(http.StatusInternalServerError, tollgatehttp.InternalErrorBody)
 	}
 }

@@ -1,19 +1,21 @@
-package memory_test
+package memory
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/memory"
 )
 
 // BenchmarkTake is one goroutine taking a token of one tracked key, through
 // the tollgate.Store interface, under a limit that never denies: the path
-// whose cost docs/performance.md breaks down.
+// whose cost docs/performance.md breaks down with BenchmarkTakeParts.
 func BenchmarkTake(b *testing.B) {
-	s := memory.New()
+	s := New()
 	defer s.Close()
 	var st tollgate.Store = s
 	ctx := context.Background()
@@ -24,4 +26,66 @@ func BenchmarkTake(b *testing.B) {
 	for b.Loop() {
 		st.Take(ctx, key, lim, 1)
 	}
+}
+
+// BenchmarkTakeParts times each step of BenchmarkTake's Take on its own:
+// reading the clock four ways (the bare counter, the Store's clock, the
+// runtime's, time.Since), hashing the key, preparing the limit, and
+// the decision on the table (probe, GCRA, compare-and-swap); then the whole
+// Take, and TakeAt, which the Limiter calls with the time it has read. Each
+// iteration times a block of 256 runs of every step in turn; the metric
+// <step>-ns/op is a step's median over the blocks, which a block that was
+// descheduled on a busy machine does not move.
+func BenchmarkTakeParts(b *testing.B) {
+	s := New()
+	defer s.Close()
+	ctx := context.Background()
+	lim := tollgate.Limit{Rate: 100, Burst: 1e9}
+	s.Take(ctx, "tenant-0", lim, 1)
+	key := strings.Clone("tenant-0")
+	for range 3 { // let the counter calibrate
+		s.Take(ctx, key, lim, 1)
+		time.Sleep(tscFirstCalibration)
+	}
+	var st tollgate.Store = s
+	timed := s
+	var k lookup
+	k.set(s.b.seed, key)
+	r, _ := newRule(lim, 1)
+	now := s.b.clock.now()
+	since := time.Now()
+	var sink int64
+	steps := []struct {
+		name string
+		run  func()
+	}{
+		{"clock-rdtsc", func() { sink += rdtsc() }},
+		{"clock-tsc", func() { sink += mono.micros() }},
+		{"clock-nanotime", func() { sink += nanotime() }},
+		{"clock-time.Since", func() { sink += int64(time.Since(since)) }},
+		{"hash", func() { k.set(s.b.seed, key); sink += int64(k.hash) }},
+		{"hash-memhash", func() {
+			sink += int64(memhash(unsafe.Pointer(unsafe.StringData(key)), s.b.seed, uintptr(len(key))))
+		}},
+		{"limit", func() { r, _ := newRule(lim, 1); sink += r.scale }},
+		{"decide", func() { sink += s.b.decide(&k, &r, 1, now).Remaining }},
+		{"take", func() { r, _ := st.Take(ctx, key, lim, 1); sink += r.Remaining }},
+		{"take-at", func() { r, _ := timed.TakeAt(ctx, key, lim, 1, since); sink += r.Remaining }},
+	}
+	const block = 256
+	samples := make([][]float64, len(steps))
+	for b.Loop() {
+		for i, step := range steps {
+			start := nanotime()
+			for range block {
+				step.run()
+			}
+			samples[i] = append(samples[i], float64(nanotime()-start)/block)
+		}
+	}
+	for i, step := range steps {
+		slices.Sort(samples[i])
+		b.ReportMetric(samples[i][len(samples[i])/2], step.name+"-ns/op")
+	}
+	_ = sink
 }

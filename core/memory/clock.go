@@ -15,17 +15,17 @@ import (
 //go:linkname nanotime runtime.nanotime
 func nanotime() int64
 
-// maxNow is the latest time a Store can represent, some 285 years after it
-// was made: every TAT, at most a tolerance (< 2^53 µs for a valid limit)
-// past now, then stays below 2^54, the bits a word gives it.
+// maxNow is the latest time a Store can represent, some 285 years after
+// its clock's origin: every TAT, at most a tolerance (< 2^53 µs for a valid
+// limit) past now, then stays below 2^54, the bits a word gives it.
 const maxNow = 1<<54 - 1<<53 - 1
 
-// A clock gives a Store's time in whole microseconds since the Store was
-// made.
+// A clock gives a Store's time in whole microseconds since an origin: the
+// first Store's making for the monotonic clock, which every Store shares,
+// or the Store's making for a clock given WithClock.
 type clock struct {
-	base     time.Time        // when the Store was made, with a monotonic reading
-	baseNano int64            // nanotime() at base, within a few ns
-	test     func() time.Time // WithClock's clock, or nil
+	base time.Time        // the origin, with a monotonic reading
+	test func() time.Time // WithClock's clock, or nil
 }
 
 func newClock(test func() time.Time) clock {
@@ -33,7 +33,7 @@ func newClock(test func() time.Time) clock {
 		return clock{base: test(), test: test}
 	}
 	startMono.Do(mono.start)
-	return clock{base: time.Now(), baseNano: nanotime()}
+	return clock{base: mono.origin}
 }
 
 // now reads the clock.
@@ -41,11 +41,11 @@ func (c *clock) now() int64 {
 	if c.test != nil {
 		return c.at(c.test())
 	}
-	return mono.since(c.baseNano)
+	return mono.micros()
 }
 
 // at converts t, which should carry a monotonic reading, to the Store's
-// time. Times before the Store was made count as its first microsecond.
+// time. Times before the origin count as its first microsecond.
 func (c *clock) at(t time.Time) int64 {
 	return clamp(t.Sub(c.base).Microseconds())
 }
@@ -54,26 +54,41 @@ func clamp(us int64) int64 {
 	return min(max(us, 0), maxNow)
 }
 
-// mono is the runtime's monotonic clock, read through the CPU's time-stamp
-// counter where that is safe: a counter read costs about 9 ns where the
-// runtime's clock costs 22 (docs/performance.md). The counter is converted
-// to nanoseconds with a rate measured against the runtime's clock and
-// measured again every second; a rate that drifts by more than a thousandth
-// between two measures turns the counter off for good.
+// mono is the runtime's monotonic clock in microseconds since an origin,
+// read through the CPU's time-stamp counter where that is safe: a counter
+// read costs about 9 ns where the runtime's clock costs 21
+// (docs/performance.md). The counter is converted with a rate measured
+// against the runtime's clock 10 ms after the origin and every second from
+// then on; a rate that drifts by more than a thousandth between two
+// measures turns the counter off for good.
 var (
 	mono      tscClock
 	startMono sync.Once
 )
 
 type tscClock struct {
-	// A seqlock: odd while a writer changes the fields below, which
-	// readers then do not use.
-	seq   atomic.Uint64
-	mult  atomic.Uint64 // ns per tick, 32.32 fixed point; 0 while not calibrated or off
-	tsc0  atomic.Int64  // the anchor: a counter reading...
-	ns0   atomic.Int64  // ...and nanotime() at the same instant
-	span  atomic.Uint64 // ticks from the anchor after which to measure again
-	state atomic.Int32
+	origin     time.Time // micros counts from here
+	originNano int64     // nanotime() at origin, within a few ns
+
+	anchor atomic.Pointer[tscAnchor] // calibrated; nil while not, or off
+	state  atomic.Int32
+	mu     sync.Mutex // held by the goroutine that measures
+	last   *tscAnchor // the anchor to measure from, calibrated or not; guarded by mu
+}
+
+// A tscAnchor is a counter reading and the runtime's clock at the same
+// instant, and the rate measured up to it. It is never changed once
+// published.
+type tscAnchor struct {
+	tsc int64 // a counter reading
+	ns  int64 // nanotime() at the same instant
+
+	// ns - originNano as whole microseconds and a fraction of 2^64
+	us     int64
+	usFrac uint64
+
+	usPerTick uint64 // a fraction of 2^64; 0 when not measured yet
+	span      uint64 // ticks after tsc when to measure again
 }
 
 const (
@@ -89,66 +104,62 @@ const (
 )
 
 func (c *tscClock) start() {
+	c.origin = time.Now()
+	c.originNano = nanotime()
 	if !tscUsable() {
 		return
 	}
+	if t, n, ok := tscPair(); ok {
+		c.last = &tscAnchor{tsc: t, ns: n}
+		c.state.Store(tscOn)
+	}
+}
+
+// tscPair reads the counter and the runtime's clock at one instant: a pair
+// of readings is only as good as the time between them, so the counter is
+// read on both sides, and the pair refused if the goroutine was held up in
+// between.
+func tscPair() (tsc, ns int64, ok bool) {
 	before := rdtsc()
-	n := nanotime()
+	ns = nanotime()
 	after := rdtsc()
-	c.tsc0.Store(before + (after-before)/2)
-	c.ns0.Store(n)
-	c.state.Store(tscOn)
+	return before + (after-before)/2, ns, after-before <= tscPairTicks
 }
 
-// since returns the whole microseconds since base, a nanotime reading, as
-// a Store's time: from the counter when it is calibrated, else from the
-// runtime's clock.
-func (c *tscClock) since(base int64) int64 {
-	s := c.seq.Load()
-	m := c.mult.Load()
-	if m == 0 {
-		return clamp((c.measure() - base) / 1000)
+// micros returns the whole microseconds since the origin: from the counter
+// when it is calibrated, else from the runtime's clock.
+func (c *tscClock) micros() int64 {
+	if a := c.anchor.Load(); a != nil {
+		if d := uint64(rdtsc() - a.tsc); d <= a.span {
+			hi, lo := bits.Mul64(d, a.usPerTick)
+			_, carry := bits.Add64(lo, a.usFrac, 0)
+			return min(a.us+int64(hi+carry), maxNow)
+		}
 	}
-	t0, n0, span := c.tsc0.Load(), c.ns0.Load(), c.span.Load()
-	d := uint64(rdtsc() - t0)
-	if d > span || s&1 != 0 || c.seq.Load() != s {
-		return clamp((c.measure() - base) / 1000)
-	}
-	hi, lo := bits.Mul64(d, m)
-	return clamp((n0 + int64(hi<<32|lo>>32) - base) / 1000)
+	return clamp((c.measure() - c.originNano) / 1000)
 }
 
-// measure reads the runtime's clock and, if it can take the seqlock,
-// measures the counter's rate since the anchor and moves the anchor to now.
+// measure reads the runtime's clock and, unless another goroutine is at it,
+// measures the counter's rate since the last anchor and anchors it anew.
 func (c *tscClock) measure() int64 {
 	n := nanotime()
-	if c.state.Load() != tscOn {
+	if c.state.Load() != tscOn || !c.mu.TryLock() {
 		return n
 	}
-	s := c.seq.Load()
-	if s&1 != 0 || !c.seq.CompareAndSwap(s, s+1) {
-		return n // another goroutine is at it
-	}
-	defer c.seq.Add(1)
-	// A pair of readings is only as good as the time between them:
-	// take the counter on both sides of the runtime's clock, and skip
-	// the measure if the goroutine was held up in between.
-	before := rdtsc()
-	n = nanotime()
-	after := rdtsc()
-	if after-before > tscPairTicks {
+	defer c.mu.Unlock()
+	t, n, ok := tscPair()
+	if !ok || c.state.Load() != tscOn {
 		return n
 	}
-	t := before + (after-before)/2
-	switch m, span, v := recalibrate(c.tsc0.Load(), c.ns0.Load(), c.mult.Load(), t, n); v {
-	case tscKeep:
+	switch m, span, v := recalibrate(c.last.tsc, c.last.ns, c.last.usPerTick, t, n); v {
 	case tscBroken:
-		c.turnOff()
+		c.state.Store(tscOff)
+		c.anchor.Store(nil)
 	case tscMeasured:
-		c.tsc0.Store(t)
-		c.ns0.Store(n)
-		c.span.Store(span)
-		c.mult.Store(m)
+		since := uint64(max(n-c.originNano, 0))
+		frac, _ := bits.Div64(since%1000, 0, 1000)
+		c.last = &tscAnchor{tsc: t, ns: n, us: int64(since / 1000), usFrac: frac, usPerTick: m, span: span}
+		c.anchor.Store(c.last)
 	}
 	return n
 }
@@ -162,9 +173,9 @@ const (
 
 // recalibrate measures the counter's rate between the anchor (t0, n0) and
 // now (t, n), in ticks and nanoseconds, given the rate m measured before (0
-// for none). It returns the new rate and the ticks of one recalibration
-// period.
-func recalibrate(t0, n0 int64, m uint64, t, n int64) (mult, span uint64, verdict int) {
+// for none), in microseconds a tick as a fraction of 2^64. It returns the
+// new rate and the ticks of one recalibration period.
+func recalibrate(t0, n0 int64, m uint64, t, n int64) (usPerTick, span uint64, verdict int) {
 	dt, dn := t-t0, n-n0
 	switch {
 	case dt <= 0 || dn < 0:
@@ -174,24 +185,26 @@ func recalibrate(t0, n0 int64, m uint64, t, n int64) (mult, span uint64, verdict
 	case m == 0 && dn < int64(tscFirstCalibration):
 		return 0, 0, tscKeep
 	case m != 0:
+		// What the old rate says of the time since the anchor, in ns.
 		hi, lo := bits.Mul64(uint64(dt), m)
-		if drift := n0 + int64(hi<<32|lo>>32) - n; max(drift, -drift) > dn/1000+1000 {
+		predicted := int64(hi*1000 + (lo>>32)*1000>>32)
+		if drift := predicted - dn; max(drift, -drift) > dn/1000+1000 {
 			return 0, 0, tscBroken
 		}
 	}
-	// A rate no counter has: under 1 MHz or over 100 GHz.
-	if dn/1000 > dt || dt/100 > dn {
+	for dt > 1<<50 { // weeks without a Take: keep 1000 dt below 2^63
+		dt, dn = dt>>1, dn>>1
+	}
+	// A rate no counter has: 1 MHz or less, or over 100 GHz.
+	if dn/1000 >= dt || dt/100 > dn {
 		return 0, 0, tscBroken
 	}
-	mult, _ = bits.Div64(uint64(dn)>>32, uint64(dn)<<32, uint64(dt))
-	if mult == 0 {
+	// usPerTick = dn / (1000 dt) as a fraction of 2^64; dn < 1000 dt.
+	usPerTick, _ = bits.Div64(uint64(dn), 0, 1000*uint64(dt))
+	if usPerTick == 0 {
 		return 0, 0, tscBroken
 	}
-	span, _ = bits.Div64(0, uint64(tscRecalibration)<<32, mult)
-	return mult, span, tscMeasured
-}
-
-func (c *tscClock) turnOff() {
-	c.state.Store(tscOff)
-	c.mult.Store(0)
+	// span = 1 s in ticks = 1e6 µs / usPerTick.
+	span, _ = bits.Div64(uint64(tscRecalibration/time.Microsecond), 0, usPerTick)
+	return usPerTick, span, tscMeasured
 }

@@ -6,14 +6,14 @@ import (
 )
 
 func TestRecalibrate(t *testing.T) {
-	const ghz3 = 1 << 32 / 3 // 3 ticks a ns, in 32.32 fixed point
+	ghz3 := usPerTick(1.0 / 3)
 	cases := []struct {
-		name       string
-		t0, n0     int64
-		m          uint64
-		t, n       int64
-		verdict    int
-		wantMultNs float64 // ns per tick, when measured
+		name      string
+		t0, n0    int64
+		m         uint64
+		t, n      int64
+		verdict   int
+		wantNsTck float64 // ns per tick, when measured
 	}{
 		{"too early for the first", 0, 0, 0, 3e6, 1e6, tscKeep, 0},
 		{"first, after 10 ms", 0, 0, 0, 30e6, 10e6, tscMeasured, 1.0 / 3},
@@ -22,7 +22,9 @@ func TestRecalibrate(t *testing.T) {
 		{"drift of 1e-4", 0, 0, ghz3, 3e9, 1e9 + 1e5, tscMeasured, (1e9 + 1e5) / 3e9},
 		{"drift of 1e-2", 0, 0, ghz3, 3e9, 1.01e9, tscBroken, 0},
 		{"a counter that stopped", 0, 0, 0, 1, 20e6, tscBroken, 0},
+		{"a 1 MHz counter", 0, 0, 0, 20e3, 20e6, tscBroken, 0},
 		{"idle for a day", 0, 0, ghz3, 3 * 86400e9, 86400e9, tscMeasured, 1.0 / 3},
+		{"idle for a year", 0, 0, ghz3, 3 * 365 * 86400e9, 365 * 86400e9, tscMeasured, 1.0 / 3},
 	}
 	for _, c := range cases {
 		m, span, v := recalibrate(c.t0, c.n0, c.m, c.t, c.n)
@@ -33,14 +35,18 @@ func TestRecalibrate(t *testing.T) {
 		if v != tscMeasured {
 			continue
 		}
-		if got := float64(m) / (1 << 32); got < c.wantMultNs*0.999999 || got > c.wantMultNs*1.000001 {
-			t.Errorf("%s: %v ns a tick, want %v", c.name, got, c.wantMultNs)
+		nsPerTick := float64(m) / (1 << 64) * 1000
+		if nsPerTick < c.wantNsTck*0.999999 || nsPerTick > c.wantNsTck*1.000001 {
+			t.Errorf("%s: %v ns a tick, want %v", c.name, nsPerTick, c.wantNsTck)
 		}
-		// span ticks are one second.
-		if secs := float64(span) * float64(m) / (1 << 32) / 1e9; secs < 0.999999 || secs > 1.000001 {
+		if secs := float64(span) * nsPerTick / 1e9; secs < 0.999999 || secs > 1.000001 {
 			t.Errorf("%s: span of %v s", c.name, secs)
 		}
 	}
+}
+
+func usPerTick(nsPerTick float64) uint64 {
+	return uint64(nsPerTick / 1000 * (1 << 64))
 }
 
 // TestMonoFollowsNanotime checks the clock on this machine, counter or
@@ -48,17 +54,16 @@ func TestRecalibrate(t *testing.T) {
 // clock and never goes back by more than a microsecond.
 func TestMonoFollowsNanotime(t *testing.T) {
 	startMono.Do(mono.start)
-	base := nanotime()
 	for range 3 {
-		mono.since(base)
+		mono.micros()
 		time.Sleep(tscFirstCalibration)
 	}
-	t.Logf("counter in use: %v", mono.mult.Load() != 0)
-	last := mono.since(base)
+	t.Logf("counter in use: %v", mono.anchor.Load() != nil)
+	last := mono.micros()
 	for i := range 100_000 {
-		before := (nanotime() - base) / 1000
-		got := mono.since(base)
-		after := (nanotime() - base) / 1000
+		before := (nanotime() - mono.originNano) / 1000
+		got := mono.micros()
+		after := (nanotime() - mono.originNano) / 1000
 		if got < before-50 || got > after+50 {
 			t.Fatalf("read %d: %d µs outside [%d, %d] by more than 50 µs", i, got, before, after)
 		}
@@ -67,34 +72,4 @@ func TestMonoFollowsNanotime(t *testing.T) {
 		}
 		last = max(last, got)
 	}
-}
-
-func BenchmarkClock(b *testing.B) {
-	startMono.Do(mono.start)
-	for range 3 {
-		mono.since(0)
-		time.Sleep(tscFirstCalibration)
-	}
-	b.Run("tsc", func(b *testing.B) {
-		var s int64
-		for b.Loop() {
-			s += mono.since(0)
-		}
-		_ = s
-	})
-	b.Run("nanotime", func(b *testing.B) {
-		var s int64
-		for b.Loop() {
-			s += nanotime()
-		}
-		_ = s
-	})
-	b.Run("since", func(b *testing.B) {
-		var s int64
-		base := time.Now()
-		for b.Loop() {
-			s += int64(time.Since(base))
-		}
-		_ = s
-	})
 }

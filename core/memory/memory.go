@@ -26,10 +26,8 @@ type Store struct {
 }
 
 var (
-	_ tollgate.Store            = (*Store)(nil)
-	_ tollgate.NonBlockingStore = (*Store)(nil)
-	_ tollgate.TimedStore       = (*Store)(nil)
-	_ tollgate.Checker          = (*Store)(nil)
+	_ tollgate.Store   = (*Store)(nil)
+	_ tollgate.Checker = (*Store)(nil)
 )
 
 // Stats are counters of a Store.
@@ -109,7 +107,7 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 	k.set(b.seed, key)
 	var now int64
 	if b.clock.test == nil { // clock.now, which is too large to be inlined
-		now = mono.since(b.clock.baseNano)
+		now = mono.micros()
 	} else {
 		now = b.clock.now()
 	}
@@ -118,8 +116,8 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 
 // TakeAt is Take at the time now, which must carry a monotonic clock
 // reading, as time.Now's does; it saves the Store a clock read. A Store made
-// WithClock ignores now and reads its own clock. It implements
-// tollgate.TimedStore.
+// WithClock ignores now and reads its own clock. Take's clock and time.Now
+// agree within a few microseconds.
 func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost int64, now time.Time) (tollgate.Result, error) {
 	b := s.b
 	if b == nil {
@@ -180,10 +178,11 @@ func (s *stopper) close() { s.once.Do(func() { close(s.stop) }) }
 type buckets struct {
 	shards    []shard
 	shardMask uint64
-	seed      uintptr // of the key hash, secret so that clients cannot aim keys at one slot
+	seed      uintptr // of the key hash
 	clock     clock
 	evictions atomic.Uint64
 	drained   atomic.Uint64
+	tenants   tenantLocks // for Ops on several rules (ops.go)
 }
 
 // Shards hold about shardKeys buckets at the cap, so that making room in
@@ -230,6 +229,10 @@ func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
 	slots := t.slots
 	n := len(slots)
 	i := t.home(k.meta)
+	// Ask for the home slot's line for writing at once: read first, it
+	// would come shared from a core that wrote it last, and the
+	// compare-and-swap would need a second trip (docs/performance.md).
+	prefetchw(unsafe.Pointer(&slots[i]))
 	for range n {
 		sl := &slots[i]
 		m := sl.meta.Load()
@@ -311,16 +314,23 @@ func (sh *shard) takeLocked(b *buckets, k *lookup, r *rule, cost, now int64) tol
 		return res
 	}
 	w, res := r.take(0, now, cost)
+	sh.admit(b, k.stored(), k.meta, w, now)
+	return res
+}
+
+// admit adds a slot of stored bytes s, meta m and word w, making room first
+// at the cap; sh.mu is held and the slot is missing.
+func (sh *shard) admit(b *buckets, s string, m uint64, w, now int64) {
 	for sh.live >= sh.cap {
 		evicted, drained := sh.reclaim(now)
 		b.evictions.Add(uint64(evicted))
 		b.drained.Add(uint64(drained))
 	}
+	t := sh.table.Load()
 	if (sh.used+1)*4 > len(t.slots)*3 {
 		t = sh.rebuild(now)
 	}
-	sh.add(t, k.stored(), k.meta, w)
-	return res
+	sh.add(t, s, m, w)
 }
 
 func (b *buckets) sweep() int {

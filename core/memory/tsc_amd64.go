@@ -1,6 +1,9 @@
 package memory
 
-import "os"
+import (
+	"os"
+	"unsafe"
+)
 
 // rdtsc reads the CPU's time-stamp counter.
 func rdtsc() int64
@@ -21,3 +24,14 @@ func tscUsable() bool {
 	src, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	return err == nil && string(src) == "tsc\n"
 }
+
+// prefetchw asks for the cache line at p with the intent to write it, on
+// CPUs that have PREFETCHW.
+//
+//go:noescape
+func prefetchw(p unsafe.Pointer)
+
+var hasPrefetchW = func() bool {
+	_, _, ecx, _ := cpuid(0x80000001)
+	return ecx&(1<<8) != 0
+}()

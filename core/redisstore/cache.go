@@ -164,6 +164,33 @@ func (c *denialCache) answer(cl *call, now int64) bool {
 	return true
 }
 
+// answerBucket is answer for a Take: one token bucket, the tenant's main
+// one, without a call (and its allocation) to answer.
+func (c *denialCache) answerBucket(tenant string, limit tollgate.Limit, cost, now int64) (tollgate.Result, bool) {
+	if c == nil || c.size.Load() == 0 {
+		return tollgate.Result{}, false
+	}
+	e := c.get(tenant)
+	if e == nil {
+		return tollgate.Result{}, false
+	}
+	for i := range e.rules {
+		m := &e.rules[i]
+		if m.sub != "" || !m.quota.IsZero() || m.limit != limit {
+			continue
+		}
+		interval := limit.TokenInterval()
+		tol, need := limit.Burst*interval, cost*interval
+		if max(m.lo-now, 0)+need-tol <= 0 {
+			return tollgate.Result{}, false
+		}
+		rel := max(m.hi-now, 0)
+		wait := rel + need - tol
+		return tollgate.Result{Remaining: max(tol-rel, 0) / interval, RetryAfter: us(max(wait, 0)), ResetAfter: us(rel)}, true
+	}
+	return tollgate.Result{}, false
+}
+
 // learn records what the answer v to cl, sent at local time sent and back
 // at recv, on a server whose clock read now, tells of its tenant's rules:
 // always for a tenant already in the cache, whose figures must stay current,

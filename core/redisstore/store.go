@@ -287,6 +287,18 @@ func (s *Store) wallNow() time.Time {
 // the breaker even in tests.
 func (s *Store) mono() time.Duration { return time.Since(s.realBase) }
 
+// clocks returns, from one reading of the clock (which costs more than the
+// rest of a decision's bookkeeping on some virtual machines), the wall time,
+// the denial cache's time (see now) and the monotonic time (see mono).
+func (s *Store) clocks() (wall time.Time, local int64, mono time.Duration) {
+	wall = time.Now()
+	mono = wall.Sub(s.realBase)
+	if s.localClock != nil {
+		return wall, s.now(), mono
+	}
+	return wall, int64(wall.Sub(s.base) / time.Microsecond), mono
+}
+
 // Key returns the Redis key that holds the main bucket of key, for looking
 // at a tenant's bucket with redis-cli: the prefix, then a hash tag that is
 // key itself when it is short printable ASCII without braces, and otherwise
@@ -311,17 +323,25 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 	if err := limit.CheckCost(cost); err != nil {
 		return tollgate.Result{}, err
 	}
-	c := &call{}
-	c.takeRule[0] = tollgate.Rule{Limit: limit}
-	c.takeOp = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: c.takeRule[:], Cost: cost, Results: c.takeResult[:0]}
-	c.op = &c.takeOp
-	c.tenant = redisKey(s.prefix, key)
-	c.takeKey[0] = c.tenant
-	c.keys = c.takeKey[:]
+	tenant := redisKey(s.prefix, key)
+	if s.sub.confirmed.Load() {
+		// A tenant over its limit costs no allocation beyond its key.
+		if r, ok := s.cache.answerBucket(tenant, limit, cost, s.now()); ok {
+			return r, nil
+		}
+	}
+	tc := &takeCall{}
+	c := &tc.call
+	tc.rule[0] = tollgate.Rule{Limit: limit}
+	c.own = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: tc.rule[:], Cost: cost, Results: tc.result[:0]}
+	c.op = &c.own
+	c.tenant = tenant
+	tc.key[0] = c.tenant
+	c.keys = tc.key[:]
 	if err := s.do(ctx, c, time.Time{}); err != nil {
 		return tollgate.Result{}, err
 	}
-	return c.takeOp.Results[0], nil
+	return c.own.Results[0], nil
 }
 
 // Do runs op on the rules of op.Key in one atomic script call (one per Op,
@@ -340,10 +360,32 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 // OpCancel that gives tokens back are announced to every Store with the same
 // prefix, whose denial caches forget the tenant.
 func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
-	c := &call{op: op, tenant: redisKey(s.prefix, op.Key)}
+	// The call works on a copy of op: its round trip may read the Op
+	// after a caller that gave up has returned, and that caller may be
+	// using its Op again (the Limiter recycles them). The answer goes
+	// back into op here, in the caller's goroutine.
+	dc := &doCall{}
+	c := &dc.call
+	c.tenant = redisKey(s.prefix, op.Key)
+	c.own = *op
+	c.own.Rules = append(dc.rules[:0], op.Rules...)
+	c.own.Results = dc.results[:0]
+	c.own.Marks = append(dc.marks[:0], op.Marks...)
+	c.op = &c.own
 	c.keys = make([]string, 0, len(op.Rules)+2)
 	c.prepareKeys(s.wallNow(), &s.bounds)
-	return s.do(ctx, c, op.Deadline)
+	start := s.mono()
+	err := s.do(ctx, c, op.Deadline)
+	// For the Limiter's observers: the wait for Redis, or for its
+	// failure (nearly 0 for an answer from the denial cache).
+	op.Latency = s.mono() - start
+	if err != nil {
+		return err
+	}
+	op.Allowed, op.Delay = c.own.Allowed, c.own.Delay
+	op.Results = append(op.Results[:0], c.own.Results...)
+	op.Marks = append(op.Marks[:0], c.own.Marks...)
+	return nil
 }
 
 var (
@@ -355,8 +397,9 @@ var (
 // the answer until its deadline.
 func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 	kind := c.op.Kind
+	wall, local, mono := s.clocks()
 	if kind == tollgate.OpTake || kind == tollgate.OpInspect {
-		if s.cached(c, s.now()) {
+		if s.cached(c, local) {
 			return nil
 		}
 	} else {
@@ -364,22 +407,23 @@ func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 		// others through the announcement.
 		s.cache.forget(c.tenant)
 	}
-	if !s.breaker.allow(micros(s.mono())) {
+	if !s.breaker.allow(micros(mono)) {
 		return errCircuitOpen
 	}
 	if deadline.IsZero() {
 		if d, ok := ctx.Deadline(); ok {
 			deadline = d
 		} else {
-			deadline = time.Now().Add(tollgate.DefaultStoreTimeout)
+			deadline = wall.Add(tollgate.DefaultStoreTimeout)
 		}
 	}
-	if !time.Now().Before(deadline) {
+	if !wall.Before(deadline) {
 		return fmt.Errorf("%w: the deadline had passed before the call was sent", ErrUnavailable)
 	}
 	c.deadline = deadline
 	c.done = make(chan struct{})
-	if !s.submit(c) {
+	c.encode()
+	if !s.submit(c, mono) {
 		return errQueueFull
 	}
 	// The Store answers c by its deadline (see trip and kickQueue), so the
@@ -420,7 +464,7 @@ var errAbandoned = errors.New("abandoned")
 // submit queues c and starts a round trip if none is in flight, if those in
 // flight are slow, or if enough calls wait. It reports false if too many
 // calls wait already.
-func (s *Store) submit(c *call) bool {
+func (s *Store) submit(c *call, mono time.Duration) bool {
 	s.mu.Lock()
 	if len(s.queue) >= maxQueued {
 		s.mu.Unlock()
@@ -430,7 +474,6 @@ func (s *Store) submit(c *call) bool {
 	if s.queueDeadline.IsZero() || c.deadline.Before(s.queueDeadline) {
 		s.queueDeadline = c.deadline
 	}
-	mono := s.mono()
 	if s.inflight == 0 ||
 		s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter() ||
 		s.inflight < 2 && len(s.queue) >= secondTrip {
@@ -534,24 +577,29 @@ const lingerFor = time.Second
 
 // run makes round trips until no call waits, then lingers (see lingerFor).
 func (s *Store) run(batch []*call) {
-	var linger *time.Timer
+	r := &runner{}
+	// The linger timer is armed once and re-armed only when it fires
+	// early: a busy runner touches no timer between round trips.
+	linger := time.NewTimer(lingerFor)
+	defer linger.Stop()
+	var lastActive time.Duration
 	for {
-		s.roundTrip(batch)
+		s.roundTrip(batch, r)
 		if batch = s.next(); batch != nil {
 			continue
 		}
+		lastActive = s.mono()
 		s.mu.Lock()
 		s.idle++
 		s.mu.Unlock()
-		if linger == nil {
-			linger = time.NewTimer(lingerFor)
-		} else {
-			linger.Reset(lingerFor)
-		}
+	wait:
 		select {
 		case batch = <-s.work:
-			linger.Stop()
 		case <-linger.C:
+			if idle := s.mono() - lastActive; idle < lingerFor {
+				linger.Reset(lingerFor - idle)
+				goto wait
+			}
 			s.mu.Lock()
 			if s.idle > 0 {
 				s.idle--
@@ -561,7 +609,21 @@ func (s *Store) run(batch []*call) {
 			// A batch is on its way to an idle runner: this one.
 			s.mu.Unlock()
 			batch = <-s.work
+			linger.Reset(lingerFor)
 		}
+	}
+}
+
+// A runner is what a goroutine that makes round trips keeps between them:
+// the timer of its trips' watchdog, armed for each trip.
+type runner struct {
+	timer *time.Timer
+	trip  atomic.Pointer[trip]
+}
+
+func (r *runner) fire() {
+	if tr := r.trip.Load(); tr != nil {
+		tr.fire()
 	}
 }
 
@@ -599,9 +661,7 @@ func (s *Store) takeQueue() []*call {
 // prepare answers the calls of a batch that the denial cache now can, fails
 // those whose deadlines have passed, drops those whose callers gave up, and
 // returns the rest.
-func (s *Store) prepare(batch []*call) []*call {
-	now := s.now()
-	wall := time.Now()
+func (s *Store) prepare(batch []*call, wall time.Time, now int64) []*call {
 	kept := batch[:0]
 	for _, c := range batch {
 		if c.state.Load() != callPending {
@@ -611,7 +671,7 @@ func (s *Store) prepare(batch []*call) []*call {
 			c.fail(timeoutErr(c))
 			continue
 		}
-		if k := c.op.Kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
+		if k := c.kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
 			if s.cache.answer(c, now) {
 				c.release()
 				continue
@@ -628,28 +688,29 @@ func (s *Store) prepare(batch []*call) []*call {
 // connection, whatever its callers do meanwhile: its watchdog answers each
 // call at its deadline (see trip), and the round trip's answers then go to
 // the calls still waiting.
-func (s *Store) roundTrip(batch []*call) {
-	batch = s.prepare(batch)
+func (s *Store) roundTrip(batch []*call, r *runner) {
+	wall, sent, sentMono := s.clocks()
+	batch = s.prepare(batch, wall, sent)
 	if len(batch) == 0 {
 		return
 	}
 	epoch := s.epoch.check(s)
-	sent, sentMono := s.now(), s.mono()
 	tr := &trip{sent: micros(sentMono), s: s, calls: batch}
 	for _, c := range batch {
 		c.trip.Store(tr)
 	}
-	tr.watch()
+	tr.watch(wall, r)
 	groups, err := s.exec(context.Background(), batch, epoch)
 	tr.timer.Stop()
-	recv := s.now()
+	r.trip.Store(nil)
+	_, recv, recvMono := s.clocks()
 	if tr.state.CompareAndSwap(tripInFlight, tripBack) {
 		switch {
 		case err == nil:
 			s.breaker.success()
-			s.rtt.observe(s.mono() - sentMono)
+			s.rtt.observe(recvMono - sentMono)
 		case !isMisconfig(err):
-			s.breaker.failure(micros(s.mono()), tr.sent)
+			s.breaker.failure(micros(recvMono), tr.sent)
 		}
 	}
 	if epoch != nil {

@@ -3,10 +3,15 @@
 //	go run ./examples/chi                                      # :8080, memory store
 //	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/chi
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10, and
-// GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
-// on the enterprise plan, globex on growth, initech on startup, anyone else
-// on free.
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the plan
+// and from the tenant's reports budget, 50 tokens an hour), and GET /healthz
+// is not limited, nor GET /metrics (Prometheus). The tenant is the
+// X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
+// initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
+// requests a UTC day), anyone else on free. With ADMIN_TOKEN set,
+// GET /admin/tollgate serves the upgrade candidates to requests with
+// "Authorization: Bearer $ADMIN_TOKEN"; with SHADOW=1, limits are computed
+// and recorded but never enforced.
 package main
 
 import (
@@ -24,7 +29,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	tollgatechi "github.com/tollgate-go/tollgate/chi"
-	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	"github.com/tollgate-go/tollgate/examples/internal/demo"
 )
 
@@ -40,7 +45,7 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	limiter, metrics, admin, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -48,15 +53,21 @@ func run(ctx context.Context, logger *slog.Logger) error {
 
 	// The limiter reads the tenant that authentication stored, so the
 	// budget spent is always the caller's own.
-	byTenant := tollgate.WithTenant(tollgate.TenantFromContext(tenantKey{}))
+	byTenant := tollgatehttp.WithTenant(tollgatehttp.TenantFromContext(tenantKey{}))
 
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Get("/healthz", healthz) // not limited: load balancers must always get through
+	// Not limited either: the scraper must always get through.
+	r.Method(http.MethodGet, "/metrics", metrics)
+	if admin != nil {
+		r.Method(http.MethodGet, demo.AdminPath, admin) // not limited; behind the admin token
+	}
 	r.Route("/api", func(r chi.Router) {
 		r.Use(authenticate)
 		r.With(tollgatechi.Middleware(limiter, byTenant)).Get("/hello", hello)
-		r.With(tollgatechi.Middleware(limiter, byTenant, tollgate.WithCost(10))).Post("/reports", createReport)
+		r.With(tollgatechi.Middleware(limiter, byTenant,
+			tollgatehttp.WithCost(demo.ReportCost), tollgatehttp.WithBudget(demo.ReportsBudget))).Post("/reports", createReport)
 	})
 
 	ln, err := demo.Listen(cfg.Addr, logger)
@@ -106,7 +117,8 @@ func hello(w http.ResponseWriter, r *http.Request) {
 }
 
 // createReport stands in for expensive work, which is why it costs 10
-// tokens.
+// tokens and draws from a budget of its own: a tenant can not spend its
+// whole plan on reports.
 func createReport(w http.ResponseWriter, r *http.Request) {
 	tenant, _ := r.Context().Value(tenantKey{}).(string)
 	writeJSON(w, http.StatusAccepted, map[string]string{"status": "queued", "tenant": tenant})

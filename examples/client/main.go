@@ -13,6 +13,9 @@
 // done, as the plan decides that, but the naive one sends a thousand times
 // the requests, and its reports starve: the hellos of its other workers take
 // every token as it comes back, so 10 are seldom there at once.
+//
+// Runs last at most 20 s: reports also draw from a budget of five an hour,
+// which a longer run would spend, and then no client gets a report through.
 package main
 
 import (
@@ -28,17 +31,19 @@ import (
 	"text/tabwriter"
 	"time"
 
-	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/examples/client/pacer"
+	"github.com/tollgate-go/tollgate/examples/internal/demo"
 	"github.com/tollgate-go/tollgate/examples/internal/launch"
 )
 
 func main() {
-	fw := flag.String("fw", "chi", "example app to run: gin, echo, chi or fiber")
-	duration := flag.Duration("duration", 8*time.Second, "how long both clients work")
+	fw := flag.String("fw", "chi", "example app to run: gin, echo, chi, fiber, echov5 or fiberv3")
+	duration := flag.Duration("duration", 8*time.Second, "how long both clients work, at most 20s")
 	workers := flag.Int("workers", 4, "concurrent workers per client")
 	flag.Parse()
-	if !slices.Contains(launch.Frameworks, *fw) || *workers < 1 || *duration <= 0 {
+	// Past maxDuration the reports budget (five reports an hour) runs out
+	// too, and a report that must wait an hour is no test of pacing.
+	if !slices.Contains(launch.Frameworks, *fw) || *workers < 1 || *duration <= 0 || *duration > maxDuration {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -49,6 +54,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// maxDuration keeps a run within what the free plan's bucket decides: at
+// 14 tokens a job cycle, five reports take about 25 s of its refill.
+const maxDuration = 20 * time.Second
 
 func run(ctx context.Context, fw string, duration time.Duration, workers int) error {
 	dir, err := os.MkdirTemp("", "tollgate-client-demo-")
@@ -93,8 +102,12 @@ func run(ctx context.Context, fw string, duration time.Duration, workers int) er
 			c.sent.Load(), c.throttled.Load(), c.hellos.Load(), c.reports.Load(), c.hellos.Load()+10*c.reports.Load())
 	}
 	tw.Flush()
-	budget := float64(tollgate.Free.Limit.Burst) + tollgate.Free.Limit.Rate*elapsed.Seconds()
-	fmt.Printf("\nThe free plan allows %.0f tokens of work in %.1fs (20 + 2/s), and both clients got about that done.\n", budget, elapsed.Seconds())
+	free, err := demo.PlanOf(naive.tenant)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nThe %s plan allows %.0f tokens of work in %.1fs (%d + %g/s), and both clients got about that done.\n",
+		free.Name, demo.Budget(free, elapsed), elapsed.Seconds(), free.Limit.Burst, free.Limit.Rate)
 	if p := paced.sent.Load(); p > 0 {
 		fmt.Printf("The naive client sent %.0fx the requests of the paced one to do it.\n", float64(naive.sent.Load())/float64(p))
 	}

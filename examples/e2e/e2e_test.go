@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	bins, err = launch.Build(ctx, dir, launch.Frameworks...)
+	bins, err = launch.Build(ctx, dir, append(slices.Clone(launch.Frameworks), "worker")...)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -318,7 +318,7 @@ func TestContract(t *testing.T) {
 					t.Fatalf("no throttle log line for %s: %v", tenant, err)
 				}
 				for k, want := range map[string]any{
-					"level": "WARN", "plan": "free", "route": "/api/hello", "method": "GET",
+					"level": "WARN", "plan": "free", "policy": "free", "route": "/api/hello", "method": "GET",
 					"limit": float64(20), "rate": float64(2), "cost": float64(1),
 				} {
 					if line[k] != want {

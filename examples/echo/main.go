@@ -3,10 +3,15 @@
 //	go run ./examples/echo                                     # :8080, memory store
 //	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echo
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10, and
-// GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
-// on the enterprise plan, globex on growth, initech on startup, anyone else
-// on free.
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the plan
+// and from the tenant's reports budget, 50 tokens an hour), and GET /healthz
+// is not limited, nor GET /metrics (Prometheus). The tenant is the
+// X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
+// initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
+// requests a UTC day), anyone else on free. With ADMIN_TOKEN set,
+// GET /admin/tollgate serves the upgrade candidates to requests with
+// "Authorization: Bearer $ADMIN_TOKEN"; with SHADOW=1, limits are computed
+// and recorded but never enforced.
 package main
 
 import (
@@ -38,7 +43,7 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	limiter, metrics, admin, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -52,7 +57,7 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	limit.Cost = 10
+	limit.Cost, limit.Budget = demo.ReportCost, demo.ReportsBudget
 	limitReports, err := limit.ToMiddleware()
 	if err != nil {
 		return err
@@ -62,6 +67,11 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	e.HideBanner, e.HidePort = true, true
 	e.Use(middleware.Recover())
 	e.GET("/healthz", healthz) // not limited: load balancers must always get through
+	// Not limited either: the scraper must always get through.
+	e.GET("/metrics", echo.WrapHandler(metrics))
+	if admin != nil {
+		e.GET(demo.AdminPath, echo.WrapHandler(admin)) // not limited; behind the admin token
+	}
 
 	// Echo's default error handler renders the limiter's 401 and 429 as
 	// JSON; an app with its own HTTPErrorHandler renders them there.
@@ -116,7 +126,8 @@ func hello(c echo.Context) error {
 }
 
 // createReport stands in for expensive work, which is why it costs 10
-// tokens.
+// tokens and draws from a budget of its own: a tenant can not spend its
+// whole plan on reports.
 func createReport(c echo.Context) error {
 	tenant, _ := c.Get(tenantKey).(string)
 	return c.JSON(http.StatusAccepted, map[string]string{"status": "queued", "tenant": tenant})

@@ -3,10 +3,15 @@
 //	go run ./examples/fiber                                    # :8080, memory store
 //	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/fiber
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10, and
-// GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
-// on the enterprise plan, globex on growth, initech on startup, anyone else
-// on free.
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the plan
+// and from the tenant's reports budget, 50 tokens an hour), and GET /healthz
+// is not limited, nor GET /metrics (Prometheus). The tenant is the
+// X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
+// initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
+// requests a UTC day), anyone else on free. With ADMIN_TOKEN set,
+// GET /admin/tollgate serves the upgrade candidates to requests with
+// "Authorization: Bearer $ADMIN_TOKEN"; with SHADOW=1, limits are computed
+// and recorded but never enforced.
 package main
 
 import (
@@ -18,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	"github.com/tollgate-go/tollgate/examples/internal/demo"
@@ -36,7 +42,7 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	limiter, metrics, admin, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -45,9 +51,10 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	// The limiter reads the tenant that authentication stored, so the
 	// budget spent is always the caller's own. Registered on each route
 	// (not on the group), it names the full route in throttle logs.
-	byTenant := tollgatefiber.TenantFromLocals(tenantKey)
+	byTenant := tollgatefiber.TenantFromContext(tenantKey)
 	limitHello := tollgatefiber.New(tollgatefiber.Config{Limiter: limiter, Tenant: byTenant})
-	limitReports := tollgatefiber.New(tollgatefiber.Config{Limiter: limiter, Tenant: byTenant, Cost: 10})
+	limitReports := tollgatefiber.New(tollgatefiber.Config{Limiter: limiter, Tenant: byTenant,
+		Cost: demo.ReportCost, Budget: demo.ReportsBudget})
 
 	app := fiber.New(fiber.Config{
 		DisableStartupMessage: true, // the JSON "listening" line says it
@@ -55,6 +62,11 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	})
 	app.Use(recover.New())
 	app.Get("/healthz", healthz) // not limited: load balancers must always get through
+	// Not limited either: the scraper must always get through.
+	app.Get("/metrics", adaptor.HTTPHandler(metrics))
+	if admin != nil {
+		app.Get(demo.AdminPath, adaptor.HTTPHandler(admin)) // not limited; behind the admin token
+	}
 
 	api := app.Group("/api", authenticate)
 	api.Get("/hello", limitHello, hello)
@@ -105,7 +117,8 @@ func hello(c *fiber.Ctx) error {
 }
 
 // createReport stands in for expensive work, which is why it costs 10
-// tokens.
+// tokens and draws from a budget of its own: a tenant can not spend its
+// whole plan on reports.
 func createReport(c *fiber.Ctx) error {
 	tenant, _ := c.Locals(tenantKey).(string)
 	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"status": "queued", "tenant": tenant})

@@ -3,10 +3,15 @@
 //	go run ./examples/gin                                      # :8080, memory store
 //	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/gin
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10, and
-// GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
-// on the enterprise plan, globex on growth, initech on startup, anyone else
-// on free.
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the plan
+// and from the tenant's reports budget, 50 tokens an hour), and GET /healthz
+// is not limited, nor GET /metrics (Prometheus). The tenant is the
+// X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
+// initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
+// requests a UTC day), anyone else on free. With ADMIN_TOKEN set,
+// GET /admin/tollgate serves the upgrade candidates to requests with
+// "Authorization: Bearer $ADMIN_TOKEN"; with SHADOW=1, limits are computed
+// and recorded but never enforced.
 package main
 
 import (
@@ -37,7 +42,7 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	limiter, metrics, admin, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -53,10 +58,16 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	r := gin.New()
 	r.Use(gin.Recovery())
 	r.GET("/healthz", healthz) // not limited: load balancers must always get through
+	// Not limited either: the scraper must always get through.
+	r.GET("/metrics", gin.WrapH(metrics))
+	if admin != nil {
+		r.GET(demo.AdminPath, gin.WrapH(admin)) // not limited; behind the admin token
+	}
 
 	api := r.Group("/api", authenticate)
 	api.GET("/hello", tollgategin.New(limiter, byTenant), hello)
-	api.POST("/reports", tollgategin.New(limiter, byTenant, tollgategin.WithCost(10)), createReport)
+	api.POST("/reports", tollgategin.New(limiter, byTenant,
+		tollgategin.WithCost(demo.ReportCost), tollgategin.WithBudget(demo.ReportsBudget)), createReport)
 
 	ln, err := demo.Listen(cfg.Addr, logger)
 	if err != nil {
@@ -102,7 +113,8 @@ func hello(c *gin.Context) {
 }
 
 // createReport stands in for expensive work, which is why it costs 10
-// tokens.
+// tokens and draws from a budget of its own: a tenant can not spend its
+// whole plan on reports.
 func createReport(c *gin.Context) {
 	c.JSON(http.StatusAccepted, gin.H{"status": "queued", "tenant": c.GetString(tenantKey)})
 }

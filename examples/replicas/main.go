@@ -30,6 +30,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
 	"github.com/tollgate-go/tollgate/examples/internal/demo"
 	"github.com/tollgate-go/tollgate/examples/internal/launch"
@@ -43,7 +44,7 @@ type traffic struct {
 }
 
 func main() {
-	fw := flag.String("fw", "gin", "example app to run: gin, echo, chi or fiber")
+	fw := flag.String("fw", "gin", "example app to run: gin, echo, chi, fiber, echov5 or fiberv3")
 	n := flag.Int("n", 3, "number of replicas")
 	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis the replicas share")
 	memoryOnly := flag.Bool("memory", false, "run the replicas without Redis, each with its own buckets")
@@ -139,7 +140,7 @@ func run(ctx context.Context, fw string, n int, redisURL string, memoryOnly bool
 	return nil
 }
 
-// resetBuckets deletes the demo tenants' buckets, so that every run starts
+// resetBuckets resets the demo tenants' limits, so that every run starts
 // from full buckets.
 func resetBuckets(ctx context.Context, opts *redis.Options, mix []traffic) error {
 	c := redis.NewClient(opts)
@@ -150,11 +151,21 @@ func resetBuckets(ctx context.Context, opts *redis.Options, mix []traffic) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	keys := make([]string, len(mix))
-	for i, m := range mix {
-		keys[i] = store.Key(m.tenant)
+	plans, err := demo.Plans()
+	if err != nil {
+		return err
 	}
-	return c.Del(ctx, keys...).Err()
+	l, err := tollgate.New(store, plans, tollgate.WithLogger(nil))
+	if err != nil {
+		return err
+	}
+	for _, m := range mix {
+		// Every policy of the tenant's plan, budgets and quotas too.
+		if err := l.Reset(ctx, m.tenant); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tally counts one tenant's answers from one replica.

@@ -1,15 +1,23 @@
-// Command plot draws docs/img/token-bucket-vs-fixed-window.svg: the requests
-// a bursty client gets through under tollgate's token bucket (the real
-// algorithm, tollgate.GCRA) and under a fixed-window counter with the same
-// nominal limit, over 30 seconds.
+// Command plot draws the pictures of docs/img from tollgate's own code:
 //
-// Run it from the repository root:
+//   - token-bucket-vs-fixed-window.svg: the requests a bursty client gets
+//     through under tollgate's token bucket (the real algorithm,
+//     tollgate.GCRA) and under a fixed-window counter with the same nominal
+//     limit, over 30 seconds;
+//   - rate-and-quota.svg: a plan with a token bucket and a daily quota (the
+//     example apps' trial plan) under a client that asks for twice its
+//     rate, decided by the real Limiter and HTTP layer.
+//
+// With -tables it prints instead the tables of docs/plans.md: the headers a
+// client sees at each step of those examples. Run it from the repository
+// root:
 //
 //	go run ./tools/plot
+//	go run ./tools/plot -tables
 //
-// The simulation runs on integer microseconds with no clock and no
-// randomness, so the output is the same on every run; a test checks that the
-// committed picture is current.
+// The simulations run on a manual clock with no randomness, so the output
+// is the same on every run; tests check that the committed pictures and
+// tables are current.
 package main
 
 import (
@@ -19,6 +27,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -28,7 +37,7 @@ import (
 // of 20 requests per 10 s, the same 2 requests a second in the long run and
 // the same 20 at once.
 var (
-	plan         = tollgate.Free
+	plan         = defaultPlan("free")
 	windowLength = time.Duration(plan.Limit.Burst) * time.Duration(float64(time.Second)/plan.Limit.Rate)
 	windowQuota  = plan.Limit.Burst
 	horizon      = 30 * time.Second
@@ -44,6 +53,16 @@ const (
 	loopStart  = 15 * time.Second
 	loopGap    = 250 * time.Millisecond
 )
+
+// defaultPlan returns the default plan called name.
+func defaultPlan(name string) tollgate.Plan {
+	for _, p := range tollgate.DefaultPlans() {
+		if p.Name == name {
+			return p
+		}
+	}
+	panic("plot: no default plan " + name)
+}
 
 // requests returns the instants the client sends its requests.
 func requests() []time.Duration {
@@ -222,16 +241,30 @@ func render(w io.Writer) error {
 }
 
 func main() {
-	out := flag.String("o", "docs/img/token-bucket-vs-fixed-window.svg", "the SVG file to write")
+	dir := flag.String("dir", "docs/img", "the directory to write the SVG files to")
+	tables := flag.Bool("tables", false, "print the header tables of docs/plans.md instead")
 	flag.Parse()
-	f, err := os.Create(*out)
-	if err != nil {
-		log.Fatalf("plot: %v (run it from the repository root, or pass -o)", err)
+	if *tables {
+		fmt.Print(headerTables())
+		return
 	}
-	if err := render(f); err != nil {
-		log.Fatalf("plot: %v", err)
+	for name, render := range figures {
+		path := filepath.Join(*dir, name)
+		f, err := os.Create(path)
+		if err != nil {
+			log.Fatalf("plot: %v (run it from the repository root, or pass -dir)", err)
+		}
+		if err := render(f); err != nil {
+			log.Fatalf("plot: %s: %v", path, err)
+		}
+		if err := f.Close(); err != nil {
+			log.Fatalf("plot: %v", err)
+		}
 	}
-	if err := f.Close(); err != nil {
-		log.Fatalf("plot: %v", err)
-	}
+}
+
+// figures are the SVG files of docs/img, by name, and what draws each.
+var figures = map[string]func(io.Writer) error{
+	"token-bucket-vs-fixed-window.svg": render,
+	"rate-and-quota.svg":               renderPolicies,
 }

@@ -2,24 +2,68 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
 
-// TestCommittedSVGIsCurrent fails when the picture in docs/img was not
-// regenerated after a change to this program or to tollgate.GCRA.
-func TestCommittedSVGIsCurrent(t *testing.T) {
-	committed, err := os.ReadFile("../../docs/img/token-bucket-vs-fixed-window.svg")
+// TestCommittedFiguresAreCurrent fails when a picture in docs/img was not
+// regenerated after a change to this program or to what it draws from.
+func TestCommittedFiguresAreCurrent(t *testing.T) {
+	for name, render := range figures {
+		committed, err := os.ReadFile("../../docs/img/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := render(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b.Bytes(), committed) {
+			t.Errorf("docs/img/%s is out of date: run `go run ./tools/plot` from the repository root", name)
+		}
+	}
+}
+
+// TestPlansDocTablesAreCurrent fails when the header tables in
+// docs/plans.md are not what the Limiter and HTTP layer send.
+func TestPlansDocTablesAreCurrent(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/plans.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b bytes.Buffer
-	if err := render(&b); err != nil {
-		t.Fatal(err)
+	if !strings.Contains(string(doc), headerTables()) {
+		t.Error("docs/plans.md does not hold the current header tables: paste in the output of `go run ./tools/plot -tables`")
 	}
-	if !bytes.Equal(b.Bytes(), committed) {
-		t.Fatal("docs/img/token-bucket-vs-fixed-window.svg is out of date: run `go run ./tools/plot` from the repository root")
+}
+
+// TestRateAndQuota checks what the policies picture and tables claim.
+func TestRateAndQuota(t *testing.T) {
+	allowed := 0
+	for _, s := range trialSteps() {
+		if s.denier == "" {
+			allowed++
+		}
+		// Never more than the burst and 5 a second so far.
+		if ceiling := 10 + 5*s.at.Seconds(); float64(allowed) > ceiling+1e-9 {
+			t.Fatalf("at %v: %d allowed, more than the bucket's %v", s.at, allowed, ceiling)
+		}
+		if allowed == 30 && s.denier == "trial-daily" {
+			want := strconv.FormatInt(int64(math.Ceil((24*time.Hour - s.at).Seconds())), 10)
+			if got := s.header.Get("Retry-After"); got != want {
+				t.Errorf("daily denial at %v: Retry-After %s, want %s (the next midnight)", s.at, got, want)
+			}
+		}
+	}
+	if allowed != 30 {
+		t.Errorf("%d requests allowed in the day, want the quota's 30", allowed)
+	}
+	reports := reportSteps()
+	if n := len(reports); reports[n-2].denier != "startup-reports" || reports[n-1].status != 200 {
+		t.Errorf("the sixth report: %q; the GET after: %d; want denied by the budget, then 200", reports[n-2].denier, reports[n-1].status)
 	}
 }
 

@@ -36,7 +36,10 @@ const DefaultMaxWait = 30 * time.Second
 //   - When an answer says no tokens are left (RateLimit r=0 or
 //     X-RateLimit-Remaining: 0), the next request waits until one token is
 //     back, by the refill rate of RateLimit-Policy (q tokens in w seconds),
-//     else until the bucket is full again (RateLimit t or X-RateLimit-Reset).
+//     at most until the server says more quota is available (RateLimit t),
+//     else until the bucket is full again (X-RateLimit-Reset). When the
+//     headers list several policies, the one with the fewest tokens left
+//     paces.
 //     Concurrent requests waiting on an empty budget are released one token
 //     apart, not all at once.
 //   - A 429 holds every request of its key until its Retry-After has passed
@@ -298,37 +301,47 @@ func rewind(req *http.Request) (*http.Request, error) {
 	return r, nil
 }
 
-// headers are the rate-limit figures of one answer.
+// headers are the rate-limit figures of one answer, for the policy closest
+// to denying when the answer lists several.
 type headers struct {
 	hasRemaining bool
 	remaining    int64
-	untilFull    time.Duration // 0 if unknown
+	untilMore    time.Duration // until more quota is available (RateLimit's t); 0 if unknown
 	perToken     time.Duration // from the policy; 0 if unknown
 	retryAfter   time.Duration // 0 if none
 }
 
 // untilToken returns how long an empty bucket takes to hold one token: one
-// token's refill time when the rate is known, capped by the time until the
-// bucket is full (all a fixed-window server can tell).
+// token's refill time when the rate is known, capped by the time the server
+// says more quota takes (whole seconds, rounded up; for a calendar quota,
+// the rest of its period, which is past any MaxWait).
 func (h headers) untilToken(perToken time.Duration) time.Duration {
 	switch {
-	case perToken > 0 && h.untilFull > 0:
-		return min(perToken, h.untilFull)
+	case perToken > 0 && h.untilMore > 0:
+		return min(perToken, h.untilMore)
 	case perToken > 0:
 		return perToken
 	}
-	return h.untilFull
+	return h.untilMore
 }
 
 func parseHeaders(hdr http.Header, now time.Time) headers {
 	var h headers
-	if v := hdr.Get("RateLimit"); v != "" {
-		params := sfParams(v)
-		if r, err := strconv.ParseInt(params["r"], 10, 64); err == nil {
-			h.hasRemaining, h.remaining = true, r
+	// RateLimit lists one member per policy: the one with the fewest
+	// tokens left binds, and of those the one that takes longest to give
+	// more.
+	binding := ""
+	for _, m := range sfList(hdr.Get("RateLimit")) {
+		r, err := strconv.ParseInt(m.params["r"], 10, 64)
+		if err != nil {
+			continue
 		}
-		if s, err := strconv.ParseInt(params["t"], 10, 64); err == nil && s >= 0 {
-			h.untilFull = seconds(s)
+		var more time.Duration
+		if s, err := strconv.ParseInt(m.params["t"], 10, 64); err == nil && s >= 0 {
+			more = seconds(s)
+		}
+		if !h.hasRemaining || r < h.remaining || r == h.remaining && more > h.untilMore {
+			h.hasRemaining, h.remaining, h.untilMore, binding = true, r, more, m.name
 		}
 	}
 	if !h.hasRemaining {
@@ -336,37 +349,78 @@ func parseHeaders(hdr http.Header, now time.Time) headers {
 			h.hasRemaining, h.remaining = true, r
 		}
 	}
-	if h.untilFull == 0 {
+	if h.untilMore == 0 {
+		// The time until the bucket is full: longer than until a token,
+		// but all that the older headers tell.
 		if reset, err := strconv.ParseInt(strings.TrimSpace(hdr.Get("X-RateLimit-Reset")), 10, 64); err == nil {
-			h.untilFull = max(time.Unix(reset, 0).Sub(now), 0)
+			h.untilMore = max(time.Unix(reset, 0).Sub(now), 0)
 		}
 	}
-	if v := hdr.Get("RateLimit-Policy"); v != "" {
-		params := sfParams(v)
-		q, errQ := strconv.ParseInt(params["q"], 10, 64)
-		w, errW := strconv.ParseInt(params["w"], 10, 64)
+	for i, m := range sfList(hdr.Get("RateLimit-Policy")) {
+		if m.name != binding && (i > 0 || binding != "") {
+			continue
+		}
+		q, errQ := strconv.ParseInt(m.params["q"], 10, 64)
+		w, errW := strconv.ParseInt(m.params["w"], 10, 64)
 		if errQ == nil && errW == nil && q > 0 && w > 0 {
 			h.perToken = time.Duration(w) * time.Second / time.Duration(q)
 		}
+		break
 	}
 	h.retryAfter = parseRetryAfter(hdr.Get("Retry-After"), now)
 	return h
 }
 
-// sfParams returns the parameters of the first member of a Structured
-// Field list such as `"free";r=0;t=10`: {"r": "0", "t": "10"}. It is just
-// enough of RFC 8941 for integer parameters.
-func sfParams(v string) map[string]string {
-	if i := strings.IndexByte(v, ','); i >= 0 {
-		v = v[:i]
+// A member is one item of a Structured Field list such as
+// `"free";r=0;t=10`: its name ("free") and parameters ({"r": "0", "t": "10"}).
+type member struct {
+	name   string
+	params map[string]string
+}
+
+// sfList returns the members of a Structured Field list of named items with
+// integer parameters. It is just enough of RFC 9651 for the rate-limit
+// headers: commas and semicolons inside quoted names are kept.
+func sfList(v string) []member {
+	var out []member
+	for _, item := range splitOutsideQuotes(v, ',') {
+		parts := splitOutsideQuotes(item, ';')
+		name := strings.TrimSpace(parts[0])
+		if unq, err := strconv.Unquote(name); err == nil {
+			name = unq
+		}
+		m := member{name: name, params: make(map[string]string, len(parts)-1)}
+		for _, p := range parts[1:] {
+			k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
+			m.params[strings.TrimSpace(k)] = strings.TrimSpace(val)
+		}
+		out = append(out, m)
 	}
-	params := make(map[string]string, 3)
-	parts := strings.Split(v, ";")
-	for _, p := range parts[1:] {
-		k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
-		params[strings.TrimSpace(k)] = strings.TrimSpace(val)
+	return out
+}
+
+// splitOutsideQuotes splits s at each sep that is not inside a quoted
+// string; "" gives no parts.
+func splitOutsideQuotes(s string, sep byte) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
 	}
-	return params
+	var parts []string
+	quoted, escaped, start := false, false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case escaped:
+			escaped = false
+		case quoted && c == '\\':
+			escaped = true
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == sep:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
 }
 
 // parseRetryAfter reads Retry-After as delay-seconds or an HTTP date; it

@@ -205,8 +205,8 @@ func TestRetryAfterBeyondMaxWaitGoesBack(t *testing.T) {
 
 func TestPacesWhenTheBudgetIsSpent(t *testing.T) {
 	srv := newServer(t,
-		answer(http.StatusOK, "RateLimit", `"free";r=0;t=10`, "RateLimit-Policy", `"free";q=20;w=10`),
-		answer(http.StatusOK, "RateLimit", `"free";r=5;t=8`, "RateLimit-Policy", `"free";q=20;w=10`),
+		answer(http.StatusOK, "RateLimit", `"free";r=0;t=1`, "RateLimit-Policy", `"free";q=20;w=10`),
+		answer(http.StatusOK, "RateLimit", `"free";r=5;t=1`, "RateLimit-Policy", `"free";q=20;w=10`),
 		ok, ok)
 	clock := newFakeClock()
 	tr := newTransport(clock)
@@ -237,7 +237,7 @@ func TestPacesByXRateLimitHeaders(t *testing.T) {
 }
 
 func TestWaitersAreReleasedOneTokenApart(t *testing.T) {
-	srv := newServer(t, answer(http.StatusOK, "RateLimit", `"free";r=0;t=10`, "RateLimit-Policy", `"free";q=20;w=10`))
+	srv := newServer(t, answer(http.StatusOK, "RateLimit", `"free";r=0;t=1`, "RateLimit-Policy", `"free";q=20;w=10`))
 	clock := newFakeClock()
 	clock.frozen = true // as if the three waited side by side
 	tr := newTransport(clock)
@@ -342,7 +342,7 @@ func TestKeysHaveTheirOwnBudgets(t *testing.T) {
 
 func TestConcurrentUse(t *testing.T) {
 	srv := newServer(t,
-		answer(http.StatusOK, "RateLimit", `"free";r=0;t=10`, "RateLimit-Policy", `"free";q=20;w=10`),
+		answer(http.StatusOK, "RateLimit", `"free";r=0;t=1`, "RateLimit-Policy", `"free";q=20;w=10`),
 		tooMany("1"),
 		ok)
 	clock := newFakeClock()
@@ -371,13 +371,23 @@ func TestParseHeaders(t *testing.T) {
 		want headers
 	}{
 		{"tollgate allowed", []string{"RateLimit", `"free";r=19;t=1`, "RateLimit-Policy", `"free";q=20;w=10`},
-			headers{hasRemaining: true, remaining: 19, untilFull: time.Second, perToken: 500 * time.Millisecond}},
-		{"tollgate denied", []string{"RateLimit", `"free";r=0;t=10`, "RateLimit-Policy", `"free";q=20;w=10`, "Retry-After", "1"},
-			headers{hasRemaining: true, untilFull: 10 * time.Second, perToken: 500 * time.Millisecond, retryAfter: time.Second}},
+			headers{hasRemaining: true, remaining: 19, untilMore: time.Second, perToken: 500 * time.Millisecond}},
+		{"tollgate denied", []string{"RateLimit", `"free";r=0;t=1`, "RateLimit-Policy", `"free";q=20;w=10`, "Retry-After", "1"},
+			headers{hasRemaining: true, untilMore: time.Second, perToken: 500 * time.Millisecond, retryAfter: time.Second}},
 		{"spaces and a second member", []string{"RateLimit", ` "a" ; r = 3 ; t = 2 , "b";r=9;t=9`},
-			headers{hasRemaining: true, remaining: 3, untilFull: 2 * time.Second}},
+			headers{hasRemaining: true, remaining: 3, untilMore: 2 * time.Second}},
+		{"several policies: the daily quota binds", []string{
+			"RateLimit", `"trial";r=4;t=1, "trial-daily";r=0;t=3600`,
+			"RateLimit-Policy", `"trial";q=10;w=2, "trial-daily";q=30;w=86400`},
+			headers{hasRemaining: true, untilMore: time.Hour, perToken: 2880 * time.Second}},
+		{"several policies: the fewest tokens left bind", []string{
+			"RateLimit", `"team";r=89;t=1, "team-reports";r=40;t=72`,
+			"RateLimit-Policy", `"team";q=100;w=50, "team-reports";q=50;w=3600`},
+			headers{hasRemaining: true, remaining: 40, untilMore: 72 * time.Second, perToken: 72 * time.Second}},
+		{"a quoted name with a comma", []string{"RateLimit", `"a,b";r=2;t=3`, "RateLimit-Policy", `"a,b";q=4;w=8`},
+			headers{hasRemaining: true, remaining: 2, untilMore: 3 * time.Second, perToken: 2 * time.Second}},
 		{"legacy headers", []string{"X-RateLimit-Remaining", "7", "X-RateLimit-Reset", strconv.FormatInt(now.Unix()+5, 10)},
-			headers{hasRemaining: true, remaining: 7, untilFull: 5 * time.Second}},
+			headers{hasRemaining: true, remaining: 7, untilMore: 5 * time.Second}},
 		{"reset in the past", []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1"},
 			headers{hasRemaining: true}},
 		{"garbage", []string{"RateLimit", `r=x`, "RateLimit-Policy", `"p";q=0;w=10`, "Retry-After", "soon"},

@@ -1,0 +1,6 @@
+//go:build race
+
+package adaptertest
+
+// The race detector allocates on its own account.
+const raceEnabled = true

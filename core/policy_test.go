@@ -1,0 +1,190 @@
+package tollgate_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+)
+
+// trial is the examples' trial plan: bursts of 10 at 5 a second, 30 a day,
+// and a reports budget of 50 tokens an hour.
+var trial = tollgate.Plan{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{
+	{Quota: tollgate.PerDay(30)},
+	{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}},
+}}
+
+func TestPlanValidationNamesTheField(t *testing.T) {
+	bucket := tollgate.Limit{Rate: 1, Burst: 5}
+	cases := []struct {
+		plan tollgate.Plan
+		want string
+	}{
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{}}}, "exactly one of Limit and Quota"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Limit: bucket, Quota: tollgate.PerDay(5)}}}, "exactly one of Limit and Quota"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Limit: bucket}}}, "Name must be set"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(0)}}}, "Quota.Tokens"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Name: "a", Quota: tollgate.PerDay(5)}, {Name: "b", Quota: tollgate.PerDay(9)}}}, "share its state"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Name: "p", Quota: tollgate.PerDay(5)}}}, "used twice"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Budget: "bad budget", Limit: bucket}}}, "Budget"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Budget: "r", Limit: tollgate.Limit{Rate: 1}}}}, "Burst"},
+		{tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 1e6, Burst: 3e15}}, "Burst"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: make([]tollgate.Policy, 17)}, "at most 16"},
+	}
+	for _, c := range cases {
+		err := c.plan.Validate()
+		if !errors.Is(err, tollgate.ErrInvalidLimit) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: Validate() = %v, want an ErrInvalidLimit saying %q", c.plan.Policies, err, c.want)
+		}
+	}
+	if err := trial.Validate(); err != nil {
+		t.Errorf("trial: %v", err)
+	}
+}
+
+// TestQuotaADay is the examples' umbrella tenant: exactly 30 requests in a
+// UTC day, bursts of 10 at 5 a second along the way, then denials until
+// midnight that name the daily policy.
+func TestQuotaADay(t *testing.T) {
+	l, clock := newModelLimiter(t, tollgate.SinglePlan(trial))
+	ctx := context.Background()
+	clock.Advance(9 * time.Hour) // 09:00 UTC
+	allowed := 0
+	for i := 0; i < 200; i++ {
+		d, err := l.Take(ctx, tollgate.Request{Tenant: "umbrella"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		} else if allowed < 30 && d.Policy != "trial" {
+			t.Fatalf("request %d denied by %q before the quota ran out", i, d.Policy)
+		}
+		clock.Advance(100 * time.Millisecond) // 10 a second: twice the rate
+	}
+	if allowed != 30 {
+		t.Fatalf("%d requests allowed in the day, want exactly 30", allowed)
+	}
+	clock.Advance(time.Hour)
+	d, _ := l.Take(ctx, tollgate.Request{Tenant: "umbrella"})
+	midnight := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	if d.Allowed || d.Policy != "trial-daily" || d.RetryAfter != midnight.Sub(clock.Now()) {
+		t.Fatalf("after the quota: %+v, want a denial by trial-daily until midnight (%v)", d, midnight.Sub(clock.Now()))
+	}
+	// The bucket, full again, spent nothing on the denials.
+	if r := d.Results(); r[0].Remaining != 10 || !r[0].Allowed {
+		t.Fatalf("bucket result on a quota denial %+v, want full and allowing", r[0])
+	}
+	clock.Advance(midnight.Sub(clock.Now()))
+	if d, _ = l.Take(ctx, tollgate.Request{Tenant: "umbrella"}); !d.Allowed {
+		t.Fatalf("at midnight: %+v", d)
+	}
+}
+
+func TestBudgetDeniesWhileThePlanAllows(t *testing.T) {
+	startup := tollgate.Plan{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{
+		{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}},
+	}}
+	l, _ := newModelLimiter(t, tollgate.SinglePlan(startup))
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		if d, _ := l.Take(ctx, tollgate.Request{Tenant: "initech", Cost: 10, Budget: "reports"}); !d.Allowed {
+			t.Fatalf("report %d: %+v", i+1, d)
+		}
+	}
+	d, _ := l.Take(ctx, tollgate.Request{Tenant: "initech", Cost: 10, Budget: "reports"})
+	if d.Allowed || d.Policy != "startup-reports" {
+		t.Fatalf("6th report: %+v, want a denial by startup-reports", d)
+	}
+	if d.Results()[0].Remaining != 50 {
+		t.Fatalf("the plan's bucket after 5 reports and a denial: %+v, want 50 left", d.Results()[0])
+	}
+	if d, _ := l.Take(ctx, tollgate.Request{Tenant: "initech"}); !d.Allowed || len(d.Policies()) != 1 {
+		t.Fatalf("GET without the budget: %+v", d)
+	}
+	// Another tenant's budget is its own.
+	if d, _ := l.Take(ctx, tollgate.Request{Tenant: "globex", Cost: 10, Budget: "reports"}); !d.Allowed {
+		t.Fatalf("globex's first report: %+v", d)
+	}
+	// A budget the plan does not know adds no limit.
+	if d, _ := l.Take(ctx, tollgate.Request{Tenant: "initech", Budget: "exports"}); !d.Allowed || len(d.Policies()) != 1 {
+		t.Fatalf("unknown budget: %+v", d)
+	}
+	// Cost above the budget's burst can never pass: a configuration error.
+	if _, err := l.Take(ctx, tollgate.Request{Tenant: "initech", Cost: 51, Budget: "reports"}); !errors.Is(err, tollgate.ErrCostExceedsBurst) ||
+		!strings.Contains(err.Error(), "startup-reports") {
+		t.Fatalf("cost 51 on a budget of 50: %v", err)
+	}
+}
+
+func TestPlanChangeMidPeriodKeepsTheQuotaUsed(t *testing.T) {
+	small := tollgate.Plan{Name: "small", Limit: tollgate.Limit{Rate: 100, Burst: 100}, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(10)}}}
+	large := tollgate.Plan{Name: "large", Limit: tollgate.Limit{Rate: 100, Burst: 100}, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(15)}}}
+	resolver, err := tollgate.NewStaticResolver([]tollgate.Plan{small, large}, "small", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := newModelLimiter(t, resolver)
+	ctx := context.Background()
+	if d, _ := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 8}); !d.Allowed {
+		t.Fatal(d)
+	}
+	resolver.Assign("t", "large")
+	d, _ := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 1})
+	if !d.Allowed || d.Results()[1].Remaining != 6 {
+		t.Fatalf("after the upgrade: %+v, want 15-8-1 = 6 left today", d.Results())
+	}
+	if _, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 16}); !errors.Is(err, tollgate.ErrCostExceedsBurst) {
+		t.Fatalf("cost above the quota: %v", err)
+	}
+}
+
+func TestInspectAndReset(t *testing.T) {
+	l, clock := newModelLimiter(t, tollgate.SinglePlan(trial))
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		clock.Advance(2 * time.Second) // the bucket refills 10 tokens
+		if d, _ := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 10, Budget: "reports"}); !d.Allowed {
+			t.Fatalf("report %d: %+v", i+1, d)
+		}
+	}
+	d, err := l.Inspect(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{}
+	for _, p := range d.Policies() {
+		names = append(names, p.Name)
+	}
+	if got := strings.Join(names, ","); got != "trial,trial-daily,trial-reports" {
+		t.Fatalf("inspected policies %s", got)
+	}
+	r := d.Results()
+	if r[0].Remaining != 0 || r[1].Remaining != 0 || r[2].Remaining != 20 || d.Allowed {
+		t.Fatalf("inspect: allowed %v %+v", d.Allowed, r)
+	}
+	again, _ := l.Inspect(ctx, "t")
+	if again.Results()[2].Remaining != 20 {
+		t.Fatal("Inspect spent tokens")
+	}
+	if err := l.Reset(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = l.Inspect(ctx, "t")
+	if r := d.Results(); r[0].Remaining != 10 || r[1].Remaining != 30 || r[2].Remaining != 50 || !d.Allowed {
+		t.Fatalf("after Reset: %+v", r)
+	}
+	// A store that only takes can neither inspect nor reset.
+	plain, _ := newLimiter(t, takeOnly{memory.New(memory.WithSweepInterval(0))})
+	if _, err := plain.Inspect(ctx, "t"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Inspect on a plain store: %v", err)
+	}
+}
+
+// takeOnly is a Store that applies a single token bucket: the Store it
+// holds, without its other methods.
+type takeOnly struct{ tollgate.Store }

@@ -1,5 +1,0 @@
-//go:build !race
-
-package tollgateecho_test
-
-const raceEnabled = false

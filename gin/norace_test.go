@@ -1,5 +1,0 @@
-//go:build !race
-
-package tollgategin_test
-
-const raceEnabled = false
