@@ -25,7 +25,7 @@ for i in $(seq "$PASSES"); do
 		run -test.bench '^BenchmarkMemoryZipf$' >> results/memory.txt
 		run -test.bench '^BenchmarkMemoryFlood$' -test.benchtime 1x >> results/memory.txt
 	fi
-	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho)?$' >> results/adapters.txt; fi
+	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt; fi
 	if has redis; then run -test.bench '^BenchmarkRedis' >> results/redis.txt; fi
 done
 for f in memory adapters; do

@@ -115,6 +115,8 @@ type Decision struct {
 	marks   [inlinePolicies]int64
 	mores   []int64 // the marks past inlinePolicies
 	figures bool    // the figures may be shown to the client
+
+	policyIndex int // of Policy, in Policies
 }
 
 // inlinePolicies is how many policies' results a Decision holds without an
@@ -173,7 +175,7 @@ func (d *Decision) setResults(rs *ruleSet, allowed bool, results []Result) {
 		}
 	}
 	r := results[best]
-	d.Policy = rs.policies[best].Name
+	d.Policy, d.policyIndex = rs.policies[best].Name, best
 	d.Remaining = r.Remaining
 	d.ResetAfter = r.ResetAfter
 	d.RetryAfter = 0

@@ -105,9 +105,10 @@ func WithResolverTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.resolverTimeout = d }
 }
 
-// WithLogger sets the logger for throttled requests and failures (default
-// slog.Default()). Throttle lines are sampled per tenant as
-// NewThrottleLogger describes. WithLogger(nil) turns logging off.
+// WithLogger sets the logger for throttled and delayed requests and for
+// failures (default slog.Default()). Throttle lines are sampled per tenant
+// as NewThrottleLogger describes, and so are the lines of delayed requests.
+// WithLogger(nil) turns logging off.
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Limiter) { l.logger = logger }
 }
@@ -223,7 +224,7 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 	l.multi, _ = store.(MultiStore)
 	l.bounded, _ = plans.(boundedResolver)
 	if l.logger != nil {
-		l.throttleLog = newThrottleLog(l.logger, time.Second)
+		l.throttleLog = newThrottleLog(l.logger, time.Second).withDelays()
 		l.onThrottle = append([]func(context.Context, ThrottleEvent){l.throttleLog.log}, l.onThrottle...)
 		l.failureLog = newSampler(time.Second, nil)
 	}
@@ -347,7 +348,11 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, st 
 		Deadline: l.deadline(d.Time), Results: op.Results[:0], Marks: op.Marks[:0]}
 	err = l.run(ctx, l.store, l.multi, op)
 	if len(l.observers) > 0 {
-		st.latency = l.now().Sub(d.Time)
+		st.latency = op.Latency
+		if l.multi == nil {
+			// A plain Store does not report its latency: time it.
+			st.latency = l.now().Sub(d.Time)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrCostExceedsBurst) {
@@ -379,6 +384,11 @@ func (l *Limiter) settle(ctx context.Context, req *Request, d *Decision, rs *rul
 	if !op.Allowed {
 		l.throttled(ctx, req, d)
 	} else if l.throttleLog != nil {
+		if d.Delay > 0 {
+			l.throttleLog.logDelayed(ctx, req, d)
+		} else {
+			l.throttleLog.delays.flushQuiet(d.Time)
+		}
 		// Report tenants whose throttling has stopped.
 		l.throttleLog.sampler.flushQuiet(d.Time)
 	}

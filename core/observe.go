@@ -79,8 +79,9 @@ type Observation struct {
 	// having failed.
 	Fallback bool
 
-	// StoreLatency is the time the store took to answer, or to fail; 0
-	// when it was not called.
+	// StoreLatency is the time the store spent waiting on I/O to answer,
+	// or to fail, as it reports it (Op.Latency); 0 for an in-process store
+	// and when it was not called.
 	StoreLatency time.Duration
 
 	// ErrorKind classifies the failure of a failed or rejected decision:
@@ -146,14 +147,10 @@ func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision, latenc
 		ErrorKind:    kind,
 	}
 	if d.rules != nil {
-		for i := range d.rules.policies {
-			if p := &d.rules.policies[i]; p.Name == d.Policy {
-				o.Capacity = p.Limit.Burst
-				if !p.Quota.IsZero() {
-					o.Capacity = p.Quota.Tokens
-				}
-				break
-			}
+		p := &d.rules.policies[d.policyIndex]
+		o.Capacity = p.Limit.Burst
+		if !p.Quota.IsZero() {
+			o.Capacity = p.Quota.Tokens
 		}
 	}
 	for _, ob := range l.observers {

@@ -46,4 +46,13 @@
 //
 // A call let through because the store failed (tollgate.FailOpen) carries no
 // rate-limit metadata, as any figure would be made up.
+//
+// # Holding calls
+//
+// With WithMaxDelay, a call a little over its tenant's rate is held before
+// its handler runs, on the goroutine gRPC gave it, until its tokens are
+// due, and then served, as the HTTP adapters hold requests: callers that
+// would retry a ResourceExhausted anyway are paced instead. A call is
+// never held past its own deadline (it is refused at once when its turn
+// comes later), and a call cancelled while held gives its tokens back.
 package tollgategrpc

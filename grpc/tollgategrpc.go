@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -112,6 +113,19 @@ func WithMethodBudgets(budgets map[string]string) Option {
 			c.methodBudgets[k] = b
 		}
 	}
+}
+
+// WithMaxDelay holds a call that its tenant's policies would allow within
+// d, before its handler runs, and then lets it through, instead of
+// refusing it with codes.ResourceExhausted: a client slightly over its
+// rate is slowed down rather than sent back to retry. At most maxHeld calls
+// of one tenant are held at once (0 means tollgatehttp.DefaultMaxHeld);
+// past that, past d, or past the call's own deadline, a call is decided
+// at once. A call cancelled while held gives its tokens back. The header
+// metadata describes the state after the wait. See
+// tollgatehttp.Spec.MaxDelay.
+func WithMaxDelay(d time.Duration, maxHeld int) Option {
+	return func(c *config) { c.spec.MaxDelay, c.spec.MaxHeld = d, maxHeld }
 }
 
 // TenantFromContext returns a tenant function for WithTenant that reads the

@@ -17,14 +17,15 @@ import (
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
+	"github.com/tollgate-go/tollgate/core/storetest"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgategrpc "github.com/tollgate-go/tollgate/grpc"
 	"github.com/tollgate-go/tollgate/grpc/grpctest"
 )
 
 // kitServer installs the interceptors as the kit asks: one pair for the
-// authenticated methods, and one with every default for ByHeader, each
-// skipping the other's methods.
+// authenticated methods, one with every default for ByHeader, and one in
+// the delay mode for Held, each skipping the others' methods.
 func kitServer(t *testing.T, s grpctest.Setup) []grpc.ServerOption {
 	costs := map[string]int64{}
 	budgets := map[string]string{}
@@ -37,19 +38,26 @@ func kitServer(t *testing.T, s grpctest.Setup) []grpc.ServerOption {
 		tollgategrpc.WithMethodCosts(costs),
 		tollgategrpc.WithMethodBudgets(budgets),
 		tollgategrpc.WithSkip(func(_ context.Context, method string) bool {
-			return isMethod(method, grpctest.Skipped) || isMethod(method, grpctest.ByHeader)
+			return isMethod(method, grpctest.Skipped) || isMethod(method, grpctest.ByHeader) || isMethod(method, grpctest.Held)
 		}),
 	}
 	byHeader := []tollgategrpc.Option{
 		tollgategrpc.WithSkip(func(_ context.Context, method string) bool { return !isMethod(method, grpctest.ByHeader) }),
 	}
+	held := []tollgategrpc.Option{
+		tollgategrpc.WithTenant(tollgategrpc.TenantFromContext(grpctest.TenantKey{})),
+		tollgategrpc.WithMaxDelay(adaptertest.HeldDelay, 0),
+		tollgategrpc.WithSkip(func(_ context.Context, method string) bool { return !isMethod(method, grpctest.Held) }),
+	}
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(
 			tollgategrpc.UnaryServerInterceptor(s.Limiter, authed...),
-			tollgategrpc.UnaryServerInterceptor(s.Limiter, byHeader...)),
+			tollgategrpc.UnaryServerInterceptor(s.Limiter, byHeader...),
+			tollgategrpc.UnaryServerInterceptor(s.Limiter, held...)),
 		grpc.ChainStreamInterceptor(
 			tollgategrpc.StreamServerInterceptor(s.Limiter, authed...),
-			tollgategrpc.StreamServerInterceptor(s.Limiter, byHeader...)),
+			tollgategrpc.StreamServerInterceptor(s.Limiter, byHeader...),
+			tollgategrpc.StreamServerInterceptor(s.Limiter, held...)),
 	}
 }
 
@@ -261,5 +269,36 @@ func TestTenantAndCostFunctions(t *testing.T) {
 	conn = serve(t, l, tollgategrpc.WithTenant(nil), tollgategrpc.WithCostFunc(nil), tollgategrpc.WithSkip(nil))
 	if st, h := invoke(t, conn, grpctest.Limited, "x-tenant-id", "globex"); st.Code() != codes.OK || remaining(t, h) != "99" {
 		t.Errorf("defaults: %v %v", st.Code(), h)
+	}
+}
+
+// TestMaxDelayKeepsToTheCallDeadline: a call whose turn comes after its
+// deadline is refused at once, rather than held until the deadline ends
+// it, and takes nothing; a call with room to wait is held and served.
+func TestMaxDelayKeepsToTheCallDeadline(t *testing.T) {
+	slow := tollgate.Plan{Name: "slow", Limit: tollgate.Limit{Rate: 2, Burst: 1}} // a token every 500ms
+	l, err := tollgate.New(storetest.NewModelStore(time.Now), tollgate.SinglePlan(slow), tollgate.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, l, tollgategrpc.WithMaxDelay(time.Second, 0))
+	call := func(timeout time.Duration) (codes.Code, time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-tenant-id", "t")
+		began := time.Now()
+		err := conn.Invoke(ctx, grpctest.FullMethod(grpctest.UnaryService, grpctest.Limited), wrapperspb.String("hi"), new(wrapperspb.StringValue))
+		return status.Code(err), time.Since(began)
+	}
+	if code, _ := call(5 * time.Second); code != codes.OK {
+		t.Fatalf("first call: %v", code)
+	}
+	if code, took := call(200 * time.Millisecond); code != codes.ResourceExhausted || took > 150*time.Millisecond {
+		t.Fatalf("a call whose turn is 500ms away and deadline 200ms: %v after %v, want ResourceExhausted at once", code, took)
+	}
+	// The refused call took nothing: the next token is still the one
+	// the first call left.
+	if code, took := call(5 * time.Second); code != codes.OK || took > 700*time.Millisecond {
+		t.Fatalf("a call with room to wait: %v after %v, want OK within the 500ms slot", code, took)
 	}
 }

@@ -182,6 +182,7 @@ type buckets struct {
 	clock     clock
 	evictions atomic.Uint64
 	drained   atomic.Uint64
+	tenants   tenantLocks // for Ops on several rules (ops.go)
 }
 
 // Shards hold about shardKeys buckets at the cap, so that making room in
@@ -313,16 +314,23 @@ func (sh *shard) takeLocked(b *buckets, k *lookup, r *rule, cost, now int64) tol
 		return res
 	}
 	w, res := r.take(0, now, cost)
+	sh.admit(b, k.stored(), k.meta, w, now)
+	return res
+}
+
+// admit adds a slot of stored bytes s, meta m and word w, making room first
+// at the cap; sh.mu is held and the slot is missing.
+func (sh *shard) admit(b *buckets, s string, m uint64, w, now int64) {
 	for sh.live >= sh.cap {
 		evicted, drained := sh.reclaim(now)
 		b.evictions.Add(uint64(evicted))
 		b.drained.Add(uint64(drained))
 	}
+	t := sh.table.Load()
 	if (sh.used+1)*4 > len(t.slots)*3 {
 		t = sh.rebuild(now)
 	}
-	sh.add(t, k.stored(), k.meta, w)
-	return res
+	sh.add(t, s, m, w)
 }
 
 func (b *buckets) sweep() int {

@@ -391,7 +391,11 @@ func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
 		c.args = dc.args[:0]
 	}
 	c.prepareKeys(s.wallNow(), &s.bounds)
+	start := s.mono()
 	err := s.do(ctx, c, op.Deadline)
+	// For the Limiter's observers: the wait for Redis, or for its
+	// failure (nearly 0 for an answer from the denial cache).
+	op.Latency = s.mono() - start
 	if err == nil {
 		op.Allowed, op.Delay = c.own.Allowed, c.own.Delay
 		op.Results = append(op.Results[:0], c.own.Results...)

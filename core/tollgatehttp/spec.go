@@ -69,9 +69,9 @@ type Spec[C any] struct {
 	// within MaxDelay, on its own goroutine, and then serves it, instead
 	// of answering 429: a client slightly over its rate is slowed down
 	// rather than bounced (nginx's limit_req delay). A request that would
-	// wait longer gets 429 at once. The headers describe the state after
-	// the wait. A request whose client goes away while held gives its
-	// tokens back.
+	// wait longer, or past its context's deadline, gets 429 at once. The
+	// headers describe the state after the wait. A request whose context
+	// ends while held (its client went away) gives its tokens back.
 	MaxDelay time.Duration
 
 	// MaxHeld bounds the requests of one tenant held at once under
@@ -180,6 +180,11 @@ func (h *Handler[C]) Decide(c C, a *Answer) bool {
 	}
 	defer h.held.release(req.Tenant)
 	req.MaxDelay = h.maxDelay
+	if deadline, ok := ctx.Deadline(); ok {
+		// A request whose context ends before its slot would be held
+		// only to fail: it is decided as if it could not wait that long.
+		req.MaxDelay = min(req.MaxDelay, time.Until(deadline))
+	}
 	Decide(ctx, h.limiter, &req, a)
 	if a.Status == 0 && a.Decision.Delay > 0 {
 		if err := h.limiter.Hold(ctx, &a.Decision); err != nil {

@@ -16,6 +16,9 @@
 //	Reports   the same, cost 1, also drawing from the budget adaptertest.Budget
 //	ByHeader  with every default of the interceptor: the tenant is the
 //	          x-tenant-id metadata itself
+//	Held      as Limited, and in the delay mode: a call that its tenant's plan
+//	          allows within adaptertest.HeldDelay is held and then served (the
+//	          interceptor's WithMaxDelay(adaptertest.HeldDelay, 0))
 //
 // Use grpc.ChainUnaryInterceptor and grpc.ChainStreamInterceptor, so that
 // the kit's authentication runs first.
@@ -99,17 +102,24 @@ type kit struct {
 func newKit(t *testing.T, service string, newServer NewServer, store tollgate.Store, opts ...tollgate.Option) *kit {
 	t.Helper()
 	clock := storetest.NewClock()
-	resolver, err := tollgate.NewStaticResolver(
-		[]tollgate.Plan{adaptertest.Small, adaptertest.Big, adaptertest.Tiny}, adaptertest.Small.Name,
-		map[string]string{"t-small": "small", "t-big": "big", "t-tiny": "tiny"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if store == nil {
 		store = storetest.NewModelStore(clock.Now)
 	}
+	return startKit(t, service, newServer, store, append([]tollgate.Option{adaptertest.WithClock(clock.Now)}, opts...), clock)
+}
+
+// newRealTimeKit starts a server whose limiter uses the reference store on
+// the real clock, for the cases that wait.
+func newRealTimeKit(t *testing.T, service string, newServer NewServer) *kit {
+	t.Helper()
+	return startKit(t, service, newServer, storetest.NewModelStore(time.Now), nil, nil)
+}
+
+func startKit(t *testing.T, service string, newServer NewServer, store tollgate.Store, opts []tollgate.Option, clock *storetest.Clock) *kit {
+	t.Helper()
+	resolver := adaptertest.NewResolver(t)
 	events := &adaptertest.Events{}
-	opts = append([]tollgate.Option{adaptertest.WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)
+	opts = append([]tollgate.Option{tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)
 	l, err := tollgate.New(store, resolver, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -491,6 +501,8 @@ func run(t *testing.T, service string, newServer NewServer) {
 			}
 		}
 	})
+
+	t.Run("DelayMode", func(t *testing.T) { runDelayMode(t, service, newServer) })
 
 	t.Run("ConcurrentCalls", func(t *testing.T) {
 		k := newKit(t, service, newServer, nil)

@@ -16,7 +16,7 @@ import (
 )
 
 // The kit's two services. Each has the methods Limited, Costly, Skipped,
-// Reports and ByHeader: Unary's are unary calls that answer "ok"; Stream's
+// Reports, ByHeader and Held: Unary's are unary calls that answer "ok"; Stream's
 // are server streams that answer StreamMessages messages "ok". Requests and
 // answers are google.protobuf.StringValue, so no code is generated.
 const (
@@ -32,10 +32,11 @@ const (
 	Skipped  = "Skipped"
 	Reports  = "Reports"
 	ByHeader = "ByHeader"
+	Held     = "Held"
 )
 
 // Methods lists the kit's methods.
-var Methods = []string{Limited, Costly, Skipped, Reports, ByHeader}
+var Methods = []string{Limited, Costly, Skipped, Reports, ByHeader, Held}
 
 // Services lists the kit's services.
 var Services = []string{UnaryService, StreamService}
