@@ -177,6 +177,7 @@ func (s *stopper) close() { s.once.Do(func() { close(s.stop) }) }
 // buckets is everything the sweeper needs, kept apart from Store so that a
 // running sweeper does not keep an unreachable Store alive.
 type buckets struct {
+	tables    []atomic.Pointer[table] // shard i's table; what readers go through
 	shards    []shard
 	shardMask uint64
 	seed      uintptr // of the key hash
@@ -202,6 +203,7 @@ func newBuckets(cfg config) *buckets {
 		n *= 2
 	}
 	b := &buckets{
+		tables:    make([]atomic.Pointer[table], n),
 		shards:    make([]shard, n),
 		shardMask: uint64(n - 1),
 		seed:      uintptr(rand.Uint64()),
@@ -214,7 +216,8 @@ func newBuckets(cfg config) *buckets {
 		if i < cfg.maxKeys%n {
 			sh.cap++
 		}
-		sh.table.Store(newTable(minSlots))
+		sh.table = &b.tables[i]
+		sh.table.Store(newTable(minSlots, 0))
 	}
 	return b
 }
@@ -224,8 +227,7 @@ func newBuckets(cfg config) *buckets {
 // bucket is written out in full (table.find, table.holds and takeFrom, as
 // the slow path calls them): the calls cost a sixth of a Take.
 func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
-	sh := &b.shards[k.hash&b.shardMask]
-	t := sh.table.Load()
+	t := b.tables[k.hash&b.shardMask].Load()
 	slots := t.slots
 	n := len(slots)
 	i := t.home(k.meta)
@@ -278,7 +280,7 @@ func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
 			i = 0
 		}
 	}
-	return sh.takeLocked(b, k, r, cost, now)
+	return b.shards[k.hash&b.shardMask].takeLocked(b, k, r, cost, now)
 }
 
 // takeFrom applies one decision to a tracked bucket. It reports false when
