@@ -100,12 +100,14 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 	if b == nil {
 		return tollgate.Result{}, s.unusable()
 	}
+	// The bucket first: its cache line is on its way while the limit is
+	// checked and the clock read.
+	var k lookup
+	b.lookup(&k, key)
 	r, err := newRule(limit, cost)
 	if err != nil {
 		return tollgate.Result{}, err
 	}
-	var k lookup
-	k.set(b.seed, key)
 	var now int64
 	if b.clock.test == nil { // clock.now, which is too large to be inlined
 		now = mono.micros()
@@ -135,7 +137,7 @@ func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost
 		us = b.clock.at(now)
 	}
 	var k lookup
-	k.set(b.seed, key)
+	b.lookup(&k, key)
 	return b.decide(&k, &r, cost, us), nil
 }
 
@@ -222,19 +224,27 @@ func newBuckets(cfg config) *buckets {
 	return b
 }
 
-// decide takes cost tokens at now from the bucket of k under r: one
-// decision, whichever entry point it came through. The path of a tracked
-// bucket is written out in full (table.find, table.holds and takeFrom, as
-// the slow path calls them): the calls cost a sixth of a Take.
+// lookup makes k the lookup of key: it hashes key, finds the table and the
+// home slot, and asks for the slot's cache line for writing. Read first,
+// the line would come shared from a core that wrote it last, and the
+// compare-and-swap would need a second trip to that core
+// (docs/performance.md).
+func (b *buckets) lookup(k *lookup, key string) {
+	k.set(b.seed, key)
+	k.table = b.tables[k.hash&b.shardMask].Load()
+	k.home = k.table.home(k.meta)
+	prefetchw(unsafe.Pointer(&k.table.slots[k.home]))
+}
+
+// decide takes cost tokens at now from the bucket of k, located, under r:
+// one decision, whichever entry point it came through. The path of a
+// tracked bucket is written out in full (table.find, table.holds and
+// takeFrom, as the slow path calls them): the calls cost a sixth of a Take.
 func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
-	t := b.tables[k.hash&b.shardMask].Load()
+	t := k.table
 	slots := t.slots
 	n := len(slots)
-	i := t.home(k.meta)
-	// Ask for the home slot's line for writing at once: read first, it
-	// would come shared from a core that wrote it last, and the
-	// compare-and-swap would need a second trip (docs/performance.md).
-	prefetchw(unsafe.Pointer(&slots[i]))
+	i := k.home
 	for range n {
 		sl := &slots[i]
 		m := sl.meta.Load()

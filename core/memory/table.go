@@ -68,6 +68,9 @@ type lookup struct {
 	digest [32]byte  // its SHA-256 when it is longer than maxInlineKey
 	hash   uint64
 	meta   uint64
+
+	table *table // where buckets.lookup found the key's shard; may be stale
+	home  int    // the first slot of its probe sequence in table
 }
 
 // memhash is the runtime's hash of byte strings, the one maps use (AES
