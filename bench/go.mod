@@ -4,20 +4,40 @@ go 1.26.0
 
 require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/gofiber/fiber/v3 v3.1.0
+	github.com/labstack/echo/v5 v5.4.4
+	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate-go/tollgate/core v0.0.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/gofiber/schema v1.7.0 // indirect
+	github.com/gofiber/utils/v2 v2.0.2 // indirect
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
-	github.com/philhofer/fwd v1.1.3-0.20240916144458-20a13a1f6b7c // indirect
-	github.com/tinylib/msgp v1.2.5 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/tinylib/msgp v1.6.3 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 require (
-	github.com/andybalholm/brotli v1.1.0 // indirect
+	github.com/andybalholm/brotli v1.2.0 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
 	github.com/bytedance/sonic/loader v0.5.0 // indirect
@@ -35,7 +55,7 @@ require (
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/klauspost/compress v1.17.9 // indirect
+	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/labstack/gommon v0.5.0 // indirect
@@ -55,25 +75,30 @@ require (
 	github.com/tollgate-go/tollgate/chi v0.0.0
 	github.com/tollgate-go/tollgate/core/redisstore v0.0.0
 	github.com/tollgate-go/tollgate/echo v0.0.0
+	github.com/tollgate-go/tollgate/echov5 v0.0.0
 	github.com/tollgate-go/tollgate/fiber v0.0.0
+	github.com/tollgate-go/tollgate/fiberv3 v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
+	github.com/tollgate-go/tollgate/grpc v0.0.0
 	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
+	github.com/tollgate-go/tollgate/otel v0.0.0
+	github.com/tollgate-go/tollgate/prometheus v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	github.com/ulule/limiter/v3 v3.11.2
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	github.com/valyala/fasthttp v1.51.0
+	github.com/valyala/fasthttp v1.69.0
 	github.com/valyala/fasttemplate v1.2.2 // indirect
-	github.com/valyala/tcplisten v1.0.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
-	golang.org/x/crypto v0.53.0 // indirect
-	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.40.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.16.0
-	google.golang.org/protobuf v1.36.10 // indirect
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/tollgate-go/tollgate/core => ../core
@@ -88,4 +113,14 @@ replace github.com/tollgate-go/tollgate/echo => ../echo
 
 replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
 
+replace github.com/tollgate-go/tollgate/echov5 => ../echov5
+
+replace github.com/tollgate-go/tollgate/fiberv3 => ../fiberv3
+
+replace github.com/tollgate-go/tollgate/grpc => ../grpc
+
 replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
+
+replace github.com/tollgate-go/tollgate/prometheus => ../prometheus
+
+replace github.com/tollgate-go/tollgate/otel => ../otel

@@ -30,7 +30,7 @@ for i in $(seq "$PASSES"); do
 		run -test.bench '^BenchmarkMemory(Serial|Parallel)Paired$' -test.benchtime 300x >> results/memory-paired.txt
 		run -test.bench '^BenchmarkMemoryZipfPaired$' -test.benchtime 50x >> results/memory-paired.txt
 	fi
-	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho)?$' >> results/adapters.txt; fi
+	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt; fi
 	if has redis; then run -test.bench '^BenchmarkRedis' >> results/redis.txt; fi
 done
 for f in memory adapters; do

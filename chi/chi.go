@@ -11,7 +11,9 @@
 // by the application's authentication middleware,
 // tollgatehttp.TenantFromClientIP for anonymous clients),
 // tollgatehttp.WithCost, tollgatehttp.WithBudget, tollgatehttp.WithSkip,
-// tollgatehttp.WithDenyHandler and tollgatehttp.WithMissingTenantHandler.
+// tollgatehttp.WithMaxDelay (hold a request slightly over its rate instead
+// of answering 429), tollgatehttp.WithDenyHandler and
+// tollgatehttp.WithMissingTenantHandler.
 //
 // Register it on a router, a group, a sub-router or a single route:
 //

@@ -56,6 +56,7 @@ func TestConformance(t *testing.T) {
 		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithDenyHandler(teapot))).Get("/custom", ok)
 		r.With(tollgatechi.Middleware(s.Limiter, tollgatehttp.WithBudget(adaptertest.Budget), byTenant)).Get("/reports/{id}", ok)
 		r.With(tollgatechi.Middleware(s.Limiter)).Get("/by-header", ok)
+		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0))).Get("/held", ok)
 		return serve(t, r)
 	})
 }
@@ -70,10 +71,10 @@ func TestConformanceUse(t *testing.T) {
 		r.Use(authenticate)
 		r.Use(tollgatechi.Middleware(s.Limiter, byTenant,
 			tollgatehttp.WithSkip(func(r *http.Request) bool {
-				// The reports and by-header routes have middleware of
-				// their own.
+				// The reports, by-header and held routes have
+				// middleware of their own.
 				p := tollgatechi.RoutePattern(r)
-				return p == "/skipped" || p == "/by-header" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
 			}),
 			tollgatehttp.WithCostFunc(func(r *http.Request) int64 {
 				if tollgatechi.RoutePattern(r) == "/costly" {
@@ -99,6 +100,10 @@ func TestConformanceUse(t *testing.T) {
 		r.Group(func(r chi.Router) {
 			r.Use(tollgatechi.Middleware(s.Limiter))
 			r.Get("/by-header", ok)
+		})
+		r.Group(func(r chi.Router) {
+			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0)))
+			r.Get("/held", ok)
 		})
 		return serve(t, r)
 	})

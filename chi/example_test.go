@@ -75,7 +75,7 @@ func ExampleMiddleware_budget() {
 	r.ServeHTTP(w, httptest.NewRequest("POST", "/api/reports", nil))
 	fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"))
 	fmt.Println(w.Header().Get("RateLimit"))
-	// It prints, on a store that is a tollgate.MultiStore:
+	// Output:
 	// 202 "team";q=100;w=50, "team-reports";q=50;w=3600
 	// "team";r=90;t=1, "team-reports";r=40;t=72
 }

@@ -1,7 +1,6 @@
 package tollgate
 
 import (
-	"context"
 	"sync/atomic"
 	"time"
 )
@@ -34,13 +33,4 @@ func (c *fastClock) now() time.Time {
 	now := time.Now()
 	c.anchor.Store(&now)
 	return now
-}
-
-// A TimedStore is a Store that can take the current time from its caller,
-// so that a request costs one clock read rather than two. The Limiter calls
-// TakeAt with the time of its Decision, which carries a monotonic reading.
-// A store with a clock of its own (a test clock, Redis's TIME) ignores now.
-type TimedStore interface {
-	Store
-	TakeAt(ctx context.Context, key string, limit Limit, cost int64, now time.Time) (Result, error)
 }

@@ -27,6 +27,16 @@ type Request struct {
 	// a policy for the budget adds no limit for it.
 	Budget string
 
+	// MaxDelay is how long the caller is willing to wait for its tokens.
+	// With MaxDelay > 0 a token bucket short of tokens may reserve them
+	// for up to MaxDelay from now instead of denying: the Decision is then
+	// allowed with a Delay, and the caller must wait that long before it
+	// proceeds (or give the tokens back with Limiter.Cancel). Reservations
+	// are granted in order of arrival across every replica that shares
+	// the store, so waiting callers never exceed the rate. A quota never
+	// reserves. Limiter.Wait sets MaxDelay from its context.
+	MaxDelay time.Duration
+
 	// Method and Route describe the request in events, logs and metrics.
 	// Route should be the router's pattern ("/users/{id}"), never the raw
 	// path, so that it does not multiply their cardinality. When Route is
@@ -78,33 +88,52 @@ type Decision struct {
 	ResetAfter time.Duration // until the policy is full again
 	Time       time.Time     // when the decision was made
 
+	// Outcome says how the decision ended; it is the value metrics
+	// count.
+	Outcome Outcome
+
+	// Delay is how long the caller must wait before it proceeds: > 0 only
+	// for a request with MaxDelay whose tokens were reserved.
+	Delay time.Duration
+
+	// Shadow reports that a policy denied the request but its plan is in
+	// shadow mode (WithShadow): Allowed is true, the denial counted.
+	Shadow bool
+
 	// Degraded reports that the Store or the PlanResolver failed and the
 	// failure policy decided; Err holds the failure. A degraded decision
-	// carries figures only if a fallback store made it.
+	// carries figures only if a fallback store made it, which Fallback
+	// reports.
 	Degraded bool
+	Fallback bool
 	Err      error
 
 	rules   *ruleSet
 	n       int // policies that applied
 	results [inlinePolicies]Result
 	more    []Result // the results past inlinePolicies, for large plans
-	figures bool
+	marks   [inlinePolicies]int64
+	mores   []int64 // the marks past inlinePolicies
+	figures bool    // the figures may be shown to the client
+
+	policyIndex int // of Policy, in Policies
 }
 
 // inlinePolicies is how many policies' results a Decision holds without an
 // allocation; plans rarely have more.
 const inlinePolicies = 4
 
-// HasFigures reports whether the decision's figures come from a store, so
-// that rate-limit headers would tell the truth. A fail-open or fail-closed
-// decision has none.
+// HasFigures reports whether the decision's figures come from a store and
+// may be shown to the client, so that rate-limit headers would tell the
+// truth: not for a fail-open or fail-closed decision, nor in shadow mode
+// unless WithShadowHeaders says so.
 func (d *Decision) HasFigures() bool { return d.figures }
 
 // Policies returns the policies that applied to the request, the plan's
-// Limit first (named after the plan), each with its name filled in. The
-// slice is shared and must not be modified.
+// Limit first (named after the plan), each with its name filled in; nil if
+// no store decided. The slice is shared and must not be modified.
 func (d *Decision) Policies() []Policy {
-	if !d.figures || d.rules == nil {
+	if d.rules == nil {
 		return nil
 	}
 	return d.rules.policies
@@ -113,7 +142,7 @@ func (d *Decision) Policies() []Policy {
 // Results returns the result of each policy of Policies, in the same
 // order.
 func (d *Decision) Results() []Result {
-	if !d.figures {
+	if d.rules == nil {
 		return nil
 	}
 	if d.n > inlinePolicies {
@@ -125,6 +154,10 @@ func (d *Decision) Results() []Result {
 // setResults records the store's results for rs and sums them up.
 func (d *Decision) setResults(rs *ruleSet, allowed bool, results []Result) {
 	d.rules, d.n, d.figures, d.Allowed = rs, len(results), true, allowed
+	d.Outcome = OutcomeAllowed
+	if !allowed {
+		d.Outcome = OutcomeDenied
+	}
 	if len(results) > inlinePolicies {
 		d.more = append(d.more[:0], results...)
 	} else {
@@ -142,7 +175,7 @@ func (d *Decision) setResults(rs *ruleSet, allowed bool, results []Result) {
 		}
 	}
 	r := results[best]
-	d.Policy = rs.policies[best].Name
+	d.Policy, d.policyIndex = rs.policies[best].Name, best
 	d.Remaining = r.Remaining
 	d.ResetAfter = r.ResetAfter
 	d.RetryAfter = 0
@@ -150,5 +183,33 @@ func (d *Decision) setResults(rs *ruleSet, allowed bool, results []Result) {
 		for i := range results {
 			d.RetryAfter = max(d.RetryAfter, results[i].RetryAfter)
 		}
+	}
+}
+
+// setMarks keeps what Cancel needs to give a reservation back.
+func (d *Decision) setMarks(marks []int64) {
+	if len(marks) > inlinePolicies {
+		d.mores = append(d.mores[:0], marks...)
+	} else {
+		copy(d.marks[:], marks)
+	}
+}
+
+func (d *Decision) reservedMarks() []int64 {
+	if d.n > inlinePolicies {
+		return d.mores
+	}
+	return d.marks[:d.n]
+}
+
+// waited moves d to the end of its delay, so that its figures describe the
+// state the caller proceeds in.
+func (d *Decision) waited() {
+	delay := d.Delay
+	d.Time = d.Time.Add(delay)
+	d.ResetAfter = max(d.ResetAfter-delay, 0)
+	results := d.Results()
+	for i := range results {
+		results[i].ResetAfter = max(results[i].ResetAfter-delay, 0)
 	}
 }

@@ -21,7 +21,8 @@ type ThrottleEvent struct {
 // one structured line per throttled request to logger, at level Warn, with
 // tenant_id, plan, policy (the one that denied), limit and rate (its burst
 // and rate, or its quota and period), cost, budget, remaining,
-// retry_after_ms, method and route.
+// retry_after_ms, method and route. In shadow mode (WithShadow) the message
+// says that the request would have been throttled.
 //
 // Lines are sampled per tenant: at most one per tenant per interval, carrying
 // in "suppressed" how many throttled requests of that tenant went unlogged
@@ -32,14 +33,22 @@ type ThrottleEvent struct {
 // decision of any kind. A tenant flooding the API thus costs one line an
 // interval, and its volume is still on record. The hook is safe for
 // concurrent use.
+//
+// The log of a Limiter's own (WithLogger) also writes, at level Info and
+// sampled the same way, a line "request delayed" with delay_ms for each
+// request granted after a wait (Request.MaxDelay, Limiter.Wait, the delay
+// mode of the middleware), and "delayed requests not logged" when such a
+// tenant goes quiet.
 func NewThrottleLogger(logger *slog.Logger, interval time.Duration) func(context.Context, ThrottleEvent) {
 	return newThrottleLog(logger, interval).log
 }
 
-// A throttleLog is the sampled log of throttled requests.
+// A throttleLog is the sampled log of throttled requests, and of delayed
+// ones for the Limiter's own log.
 type throttleLog struct {
 	logger  *slog.Logger
 	sampler *sampler
+	delays  *sampler // nil but in the Limiter's own log
 }
 
 func newThrottleLog(logger *slog.Logger, interval time.Duration) *throttleLog {
@@ -53,13 +62,59 @@ func newThrottleLog(logger *slog.Logger, interval time.Duration) *throttleLog {
 	return t
 }
 
+// withDelays makes t log delayed requests too (see logDelayed).
+func (t *throttleLog) withDelays() *throttleLog {
+	interval := t.sampler.interval
+	t.delays = newSampler(interval, func(tenant string, suppressed int64) {
+		t.logger.LogAttrs(context.Background(), slog.LevelInfo, "delayed requests not logged",
+			slog.String("tenant_id", tenant),
+			slog.Int64("suppressed", suppressed),
+		)
+	})
+	return t
+}
+
+// logDelayed writes one line for a request granted after a wait (its
+// Decision has a Delay: Request.MaxDelay, Wait, the delay mode of the
+// middleware), sampled per tenant as throttled requests are, at level Info:
+// a delay is the limiter pacing a client as designed, not a refusal. The
+// line has the fields of a throttle line, with delay_ms in place of
+// retry_after_ms.
+func (t *throttleLog) logDelayed(ctx context.Context, req *Request, d *Decision) {
+	log, suppressed := t.delays.admit(d.Tenant, d.Time)
+	if !log {
+		return
+	}
+	limit, rate := policyFigures(d)
+	t.logger.LogAttrs(ctx, slog.LevelInfo, "request delayed",
+		slog.String("tenant_id", d.Tenant),
+		slog.String("plan", d.Plan.Name),
+		slog.String("policy", d.Policy),
+		slog.Int64("limit", limit),
+		rate,
+		slog.Int64("cost", d.Cost),
+		slog.String("budget", d.Budget),
+		slog.Int64("remaining", d.Remaining),
+		slog.Int64("delay_ms", d.Delay.Milliseconds()),
+		slog.String("method", req.Method),
+		slog.String("route", req.route()),
+		slog.Int64("suppressed", suppressed),
+	)
+}
+
 func (t *throttleLog) log(ctx context.Context, e ThrottleEvent) {
 	log, suppressed := t.sampler.admit(e.Tenant, e.Time)
 	if !log {
 		return
 	}
 	limit, rate := policyFigures(&e.Decision)
-	t.logger.LogAttrs(ctx, slog.LevelWarn, "request throttled",
+	msg := "request throttled"
+	if e.Shadow {
+		// Shadow mode let it through: the line says what enforcing
+		// would have done.
+		msg = "request would be throttled (shadow mode)"
+	}
+	t.logger.LogAttrs(ctx, slog.LevelWarn, msg,
 		slog.String("tenant_id", e.Tenant),
 		slog.String("plan", e.Plan.Name),
 		slog.String("policy", e.Policy),

@@ -59,6 +59,10 @@ type Limiter struct {
 	storeTimeout     time.Duration
 	resolverTimeout  time.Duration
 	onThrottle       []func(context.Context, ThrottleEvent)
+	observers        []Observer
+	shadowAll        bool                // every plan is in shadow mode
+	shadowPlans      map[string]struct{} // the plans in shadow mode, if not all
+	shadowHeaders    bool
 	logger           *slog.Logger
 	failureLog       *sampler
 	throttleLog      *throttleLog // the default throttle logger, if any
@@ -101,9 +105,10 @@ func WithResolverTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.resolverTimeout = d }
 }
 
-// WithLogger sets the logger for throttled requests and failures (default
-// slog.Default()). Throttle lines are sampled per tenant as
-// NewThrottleLogger describes. WithLogger(nil) turns logging off.
+// WithLogger sets the logger for throttled and delayed requests and for
+// failures (default slog.Default()). Throttle lines are sampled per tenant
+// as NewThrottleLogger describes, and so are the lines of delayed requests.
+// WithLogger(nil) turns logging off.
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Limiter) { l.logger = logger }
 }
@@ -117,6 +122,48 @@ func WithOnThrottle(fn func(ctx context.Context, e ThrottleEvent)) Option {
 			l.onThrottle = append(l.onThrottle, fn)
 		}
 	}
+}
+
+// WithShadow puts plans in shadow mode, or every plan if none is named:
+// every decision is made, counted, logged and observed as usual, but a
+// request is never denied because a policy is exhausted. Its Decision is
+// then allowed and marked Shadow, its Outcome is OutcomeShadowDenied, and
+// its throttle event and log line say shadow. It is the safe way to turn
+// limits on for an API that had none, one plan at a time: shadow the
+// plans not yet enforced. The failure policy still applies when the store
+// fails. Several WithShadow options add up.
+//
+// Shadow decisions carry no rate-limit figures for the client unless
+// WithShadowHeaders(true): a shadow rollout should change nothing the
+// clients see, and well-behaved clients slow down on figures alone.
+func WithShadow(plans ...string) Option {
+	return func(l *Limiter) {
+		if len(plans) == 0 {
+			l.shadowAll = true
+			return
+		}
+		if l.shadowPlans == nil {
+			l.shadowPlans = map[string]struct{}{}
+		}
+		for _, p := range plans {
+			l.shadowPlans[p] = struct{}{}
+		}
+	}
+}
+
+// WithShadowHeaders sets whether decisions of plans in shadow mode carry
+// their figures for the client (default false; see WithShadow).
+func WithShadowHeaders(send bool) Option {
+	return func(l *Limiter) { l.shadowHeaders = send }
+}
+
+// shadowed reports whether plan is in shadow mode.
+func (l *Limiter) shadowed(plan string) bool {
+	if l.shadowAll {
+		return true
+	}
+	_, ok := l.shadowPlans[plan]
+	return ok
 }
 
 // withClock makes the Limiter read the time of its decisions from now; tests
@@ -177,7 +224,7 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 	l.multi, _ = store.(MultiStore)
 	l.bounded, _ = plans.(boundedResolver)
 	if l.logger != nil {
-		l.throttleLog = newThrottleLog(l.logger, time.Second)
+		l.throttleLog = newThrottleLog(l.logger, time.Second).withDelays()
 		l.onThrottle = append([]func(context.Context, ThrottleEvent){l.throttleLog.log}, l.onThrottle...)
 		l.failureLog = newSampler(time.Second, nil)
 	}
@@ -253,6 +300,27 @@ func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision) error {
 	if d.Cost == 0 {
 		d.Cost = 1
 	}
+	var st decideState
+	err := l.decideInto(ctx, req, d, &st)
+	if err != nil {
+		d.Outcome, d.Allowed = OutcomeRejected, false
+		if st.kind == "" {
+			st.kind = "invalid"
+		}
+	}
+	if len(l.observers) > 0 {
+		l.observe(ctx, req, d, st.latency, st.kind)
+	}
+	return err
+}
+
+// decideState is what a decision records for its observers.
+type decideState struct {
+	latency time.Duration
+	kind    string
+}
+
+func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, st *decideState) error {
 	if err := checkTenant(req.Tenant); err != nil {
 		return err
 	}
@@ -261,6 +329,7 @@ func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision) error {
 	}
 	plan, err := l.resolve(ctx, req.Tenant)
 	if err != nil {
+		st.kind = "resolver"
 		l.failOver(ctx, d, req, nil, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", req.Tenant, err))
 		return nil
 	}
@@ -275,18 +344,54 @@ func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision) error {
 	}
 	op := ops.Get().(*Op)
 	defer ops.Put(op)
-	*op = Op{Kind: OpTake, Key: req.Tenant, Rules: rs.rules, Cost: d.Cost, Now: d.Time,
+	*op = Op{Kind: OpTake, Key: req.Tenant, Rules: rs.rules, Cost: d.Cost, MaxDelay: max(req.MaxDelay, 0), Now: d.Time,
 		Deadline: l.deadline(d.Time), Results: op.Results[:0], Marks: op.Marks[:0]}
-	if err := l.run(ctx, l.store, l.multi, op); err != nil {
+	err = l.run(ctx, l.store, l.multi, op)
+	if len(l.observers) > 0 {
+		st.latency = op.Latency
+		if l.multi == nil {
+			// A plain Store does not report its latency: time it.
+			st.latency = l.now().Sub(d.Time)
+		}
+	}
+	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrCostExceedsBurst) {
 			return l.misconfigured(ctx, req, err)
 		}
+		st.kind = ErrorKind(err)
 		l.failOver(ctx, d, req, op, err)
 		return nil
 	}
-	d.setResults(rs, op.Allowed, op.Results)
-	l.report(ctx, req, d)
+	l.settle(ctx, req, d, rs, op)
 	return nil
+}
+
+// settle records a store's answer to op in d: the figures, a reservation,
+// shadow mode, and the throttle report.
+func (l *Limiter) settle(ctx context.Context, req *Request, d *Decision, rs *ruleSet, op *Op) {
+	d.setResults(rs, op.Allowed, op.Results)
+	if op.Allowed && op.Delay > 0 {
+		d.Delay, d.Outcome = op.Delay, OutcomeDelayed
+		d.setMarks(op.Marks)
+	}
+	shadow := (l.shadowAll || l.shadowPlans != nil) && l.shadowed(d.Plan.Name)
+	if shadow && !op.Allowed {
+		d.Allowed, d.Shadow, d.Outcome = true, true, OutcomeShadowDenied
+	}
+	if shadow && !l.shadowHeaders {
+		d.figures = false
+	}
+	if !op.Allowed {
+		l.throttled(ctx, req, d)
+	} else if l.throttleLog != nil {
+		if d.Delay > 0 {
+			l.throttleLog.logDelayed(ctx, req, d)
+		} else {
+			l.throttleLog.delays.flushQuiet(d.Time)
+		}
+		// Report tenants whose throttling has stopped.
+		l.throttleLog.sampler.flushQuiet(d.Time)
+	}
 }
 
 // run applies op to s: through Do when s is a MultiStore, and otherwise
@@ -310,16 +415,6 @@ func (l *Limiter) run(ctx context.Context, s Store, multi MultiStore, op *Op) er
 	return nil
 }
 
-// report hands a decided request to the throttle hooks.
-func (l *Limiter) report(ctx context.Context, req *Request, d *Decision) {
-	if !d.Allowed {
-		l.throttled(ctx, req, d)
-	} else if l.throttleLog != nil {
-		// Report tenants whose throttling has stopped.
-		l.throttleLog.sampler.flushQuiet(d.Time)
-	}
-}
-
 // failOver decides when the store or the resolver failed: through the
 // fallback store if there is one and the plan is known (op is set), else by
 // policy.
@@ -331,13 +426,17 @@ func (l *Limiter) failOver(ctx context.Context, d *Decision, req *Request, op *O
 		multi, _ := l.fallback.(MultiStore)
 		err := l.run(ctx, l.fallback, multi, op)
 		if err == nil {
-			d.setResults(l.fallbackRules(d, req.Budget), op.Allowed, op.Results)
-			l.report(ctx, req, d)
+			d.Fallback = true
+			l.settle(ctx, req, d, l.fallbackRules(d, req.Budget), op)
 			return
 		}
 		d.Err = errors.Join(cause, fmt.Errorf("tollgate: fallback store: %w", err))
 	}
 	d.Allowed = l.policy == FailOpen
+	d.Outcome = OutcomeFailedOpen
+	if !d.Allowed {
+		d.Outcome = OutcomeFailedClosed
+	}
 }
 
 // fallbackRules returns the policies that the fallback store decided d

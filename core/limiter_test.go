@@ -422,6 +422,63 @@ func TestThrottleLogIsSampledPerTenant(t *testing.T) {
 	}
 }
 
+// TestDelayedRequestsLogged: the Limiter's own log counts requests granted
+// after a wait, with their delay, sampled per tenant at level Info, apart
+// from the throttle lines.
+func TestDelayedRequestsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	resolver, _ := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
+	l, clock := newModelLimiter(t, resolver, tollgate.WithLogger(logger))
+	ctx := context.Background()
+	take := func(tenant string, maxDelay time.Duration) tollgate.Decision {
+		d, err := l.Take(ctx, tollgate.Request{Tenant: tenant, MaxDelay: maxDelay, Method: "GET", Route: "/api/hello"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for range 20 { // the free plan's burst
+		take("slow", 0)
+	}
+	// Five reservations, 500ms apart: one line, four suppressed.
+	for i := range 5 {
+		if d := take("slow", 10*time.Second); !d.Allowed || d.Delay != time.Duration(i+1)*500*time.Millisecond {
+			t.Fatalf("reservation %d: %+v", i, d)
+		}
+	}
+	if d := take("slow", 0); d.Allowed {
+		t.Fatal("the bucket is not empty")
+	}
+	clock.Advance(2 * time.Second)
+	take("other", 0) // any decision an interval later reports the quiet tenant
+	lines := decodeLines(t, &buf)
+	byMsg := map[string][]map[string]any{}
+	for _, line := range lines {
+		byMsg[line["msg"].(string)] = append(byMsg[line["msg"].(string)], line)
+	}
+	delayed := byMsg["request delayed"]
+	if len(delayed) != 1 {
+		t.Fatalf("%d request delayed lines, want 1 (sampled): %v", len(delayed), lines)
+	}
+	for field, want := range map[string]any{
+		"level": "INFO", "tenant_id": "slow", "plan": "free", "policy": "free", "limit": 20.0, "rate": 2.0,
+		"cost": 1.0, "remaining": 0.0, "delay_ms": 500.0, "method": "GET", "route": "/api/hello", "suppressed": 0.0,
+	} {
+		if delayed[0][field] != want {
+			t.Errorf("request delayed %s = %v, want %v", field, delayed[0][field], want)
+		}
+	}
+	quiet := byMsg["delayed requests not logged"]
+	if len(quiet) != 1 || quiet[0]["tenant_id"] != "slow" || quiet[0]["suppressed"] != 4.0 {
+		t.Errorf("delayed requests not logged: %v, want one line for slow counting 4", quiet)
+	}
+	// The denial is a throttle line of its own.
+	if th := byMsg["request throttled"]; len(th) != 1 || th[0]["tenant_id"] != "slow" {
+		t.Errorf("request throttled lines: %v, want the one denial", th)
+	}
+}
+
 func decodeLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 	t.Helper()
 	var out []map[string]any
@@ -460,3 +517,7 @@ func TestFallbackFiguresDescribeTheFallbackBucket(t *testing.T) {
 		t.Fatalf("fallback policies %+v remaining %d, want the halved free bucket (10 at 1/s)", p, d.Remaining)
 	}
 }
+
+func storetestModel() *storetest.ModelStore { return storetest.NewModelStore(time.Now) }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

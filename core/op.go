@@ -137,6 +137,11 @@ type Op struct {
 	// capacity.
 	Results []Result
 
+	// Latency is the time the Op spent waiting on I/O (a Redis round
+	// trip, or until it failed), for the Limiter's observers; a store that
+	// never waits leaves it 0, which saves clock reads.
+	Latency time.Duration
+
 	// Marks holds, after a granted OpTake, one number per rule that
 	// OpCancel needs to give the tokens back; an OpCancel reads them. They
 	// mean something only to the Store that made them. Do reuses the

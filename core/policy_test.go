@@ -8,6 +8,7 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
 )
 
 // trial is the examples' trial plan: bursts of 10 at 5 a second, 30 a day,
@@ -178,8 +179,12 @@ func TestInspectAndReset(t *testing.T) {
 		t.Fatalf("after Reset: %+v", r)
 	}
 	// A store that only takes can neither inspect nor reset.
-	plain, _ := newLimiter(t, nil)
+	plain, _ := newLimiter(t, takeOnly{memory.New(memory.WithSweepInterval(0))})
 	if _, err := plain.Inspect(ctx, "t"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Inspect on a plain store: %v", err)
 	}
 }
+
+// takeOnly is a Store that applies a single token bucket: the Store it
+// holds, without its other methods.
+type takeOnly struct{ tollgate.Store }

@@ -22,7 +22,7 @@ var errResolverTimeout = errors.New("tollgate: the plan resolver did not answer 
 // of the resolver into an error.
 func (l *Limiter) resolve(ctx context.Context, tenant string) (Plan, error) {
 	if l.bounded != nil {
-		return safeResolve(func() (Plan, error) { return l.bounded.resolveWithin(ctx, tenant, l.resolverTimeout) })
+		return l.resolveBounded(ctx, tenant)
 	}
 	return l.resolveAside(ctx, tenant)
 }
@@ -54,13 +54,28 @@ func (l *Limiter) resolveAside(ctx context.Context, tenant string) (Plan, error)
 	}
 }
 
+// resolveBounded calls a resolver of this package, which honours its
+// bound, on the request's goroutine. A panic is an error all the same.
+func (l *Limiter) resolveBounded(ctx context.Context, tenant string) (p Plan, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p, err = Plan{}, panicked(v)
+		}
+	}()
+	return l.bounded.resolveWithin(ctx, tenant, l.resolverTimeout)
+}
+
 // safeResolve calls fn and returns a panic in it as an error, with the
 // stack, so that a faulty resolver fails a decision, not the process.
 func safeResolve(fn func() (Plan, error)) (p Plan, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			p, err = Plan{}, fmt.Errorf("tollgate: the plan resolver panicked: %v\n%s", v, debug.Stack())
+			p, err = Plan{}, panicked(v)
 		}
 	}()
 	return fn()
+}
+
+func panicked(v any) error {
+	return fmt.Errorf("tollgate: the plan resolver panicked: %v\n%s", v, debug.Stack())
 }

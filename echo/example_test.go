@@ -88,7 +88,7 @@ func ExampleMiddlewareWithConfig() {
 		e.ServeHTTP(w, req)
 		fmt.Println(r.method, r.path, w.Code, w.Header().Get("RateLimit"))
 	}
-	// It prints, on a store that is a tollgate.MultiStore:
+	// Output:
 	// GET /api/hello 200 "team";r=99;t=1
 	// POST /api/reports 202 "team";r=89;t=1, "team-reports";r=40;t=72
 }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -58,6 +59,18 @@ type Config struct {
 	// that name in its tenant's plan (see tollgate.Policy).
 	Budget string
 
+	// MaxDelay, if > 0, holds a request that its tenant's policies would
+	// allow within MaxDelay and then serves it, instead of answering 429:
+	// a client slightly over its rate is slowed down rather than
+	// bounced. A request that would wait longer is answered at once. See
+	// tollgatehttp.Spec.MaxDelay.
+	MaxDelay time.Duration
+
+	// MaxHeld bounds the requests of one tenant held at once under
+	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
+	// is answered at once.
+	MaxHeld int
+
 	// DenyHandler, if set, answers a denied request instead of the
 	// default *echo.HTTPError carrying tollgatehttp.DenialStatus and
 	// DenialBody. The rate-limit headers, Retry-After included, are set
@@ -74,7 +87,7 @@ type Config struct {
 
 // DefaultConfig holds the values that zero Config fields take: no request
 // skipped, the tenant from the X-Tenant-ID header, a cost of 1, the route
-// from c.Path().
+// from c.Path(), and no request held (MaxDelay 0).
 var DefaultConfig = Config{
 	Skipper: middleware.DefaultSkipper,
 	Cost:    1,
@@ -121,6 +134,8 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 		Skip:     c.Skipper,
 		Route:    c.Route,
 		Budget:   c.Budget,
+		MaxDelay: c.MaxDelay,
+		MaxHeld:  c.MaxHeld,
 	}, framework)
 	if err != nil {
 		return nil, err

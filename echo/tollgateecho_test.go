@@ -70,6 +70,7 @@ func TestConformance(t *testing.T) {
 		}))
 		e.GET("/reports/:id", ok, with(func(c *tollgateecho.Config) { c.Budget = adaptertest.Budget }))
 		e.GET("/by-header", ok, tollgateecho.Middleware(s.Limiter))
+		e.GET("/held", ok, with(func(c *tollgateecho.Config) { c.MaxDelay = adaptertest.HeldDelay }))
 		return serve(t, e)
 	})
 }

@@ -72,7 +72,7 @@ func ExampleNew_budget() {
 	}
 	fmt.Println(resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
 	fmt.Println(resp.Header.Get("RateLimit"))
-	// It prints, on a store that is a tollgate.MultiStore:
+	// Output:
 	// 202 "team";q=100;w=50, "team-reports";q=50;w=3600
 	// "team";r=90;t=1, "team-reports";r=40;t=72
 }

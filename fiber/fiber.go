@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
@@ -65,6 +66,20 @@ type Config struct {
 	// Budget, if set, makes every request also draw from the budget of
 	// that name in its tenant's plan (see tollgate.Policy).
 	Budget string
+
+	// MaxDelay, if > 0, holds a request that its tenant's policies would
+	// allow within MaxDelay and then serves it, instead of answering 429:
+	// a client slightly over its rate is slowed down rather than
+	// bounced. A request that would wait longer is answered at once. See
+	// tollgatehttp.Spec.MaxDelay. Fiber's request context (c.UserContext)
+	// does not end when the client goes away, so a held request is
+	// served at its time even then.
+	MaxDelay time.Duration
+
+	// MaxHeld bounds the requests of one tenant held at once under
+	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
+	// is answered at once.
+	MaxHeld int
 
 	// LimitReached answers a denied request (default: DenialStatus with
 	// DenialBody as JSON). The rate-limit headers, Retry-After included,
@@ -117,6 +132,8 @@ func New(config ...Config) fiber.Handler {
 		Skip:     cfg.Next,
 		Route:    cfg.Route,
 		Budget:   cfg.Budget,
+		MaxDelay: cfg.MaxDelay,
+		MaxHeld:  cfg.MaxHeld,
 	}, framework)
 	if err != nil {
 		tollgatehttp.LogMisconfiguration(err)

@@ -82,6 +82,7 @@ func TestConformance(t *testing.T) {
 		app.Get("/custom", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, LimitReached: teapot}), ok)
 		app.Get("/reports/:id", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, Budget: adaptertest.Budget}), ok)
 		app.Get("/by-header", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter}), ok)
+		app.Get("/held", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MaxDelay: adaptertest.HeldDelay}), ok)
 		return serve(t, app)
 	})
 }
@@ -97,10 +98,10 @@ func TestConformanceUse(t *testing.T) {
 			Limiter: s.Limiter,
 			Tenant:  byTenant,
 			Next: func(c *fiber.Ctx) bool {
-				// The reports and by-header routes have middleware of
-				// their own.
+				// The reports, by-header and held routes have
+				// middleware of their own.
 				p := c.Path()
-				return p == "/skipped" || p == "/by-header" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
 			},
 			CostFunc: func(c *fiber.Ctx) int64 {
 				if c.Path() == "/costly" {
@@ -124,6 +125,9 @@ func TestConformanceUse(t *testing.T) {
 		byHeader := app.Group("/by-header")
 		byHeader.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter}))
 		byHeader.Get("", ok)
+		held := app.Group("/held")
+		held.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MaxDelay: adaptertest.HeldDelay}))
+		held.Get("", ok)
 		return serve(t, app)
 	})
 }

@@ -91,7 +91,7 @@ func ExampleWithBudget() {
 	w = httptest.NewRecorder()
 	r.ServeHTTP(w, httptest.NewRequest("GET", "/api/hello", nil))
 	fmt.Println(w.Code, w.Body.String())
-	// It prints, on a store that is a tollgate.MultiStore:
+	// Output:
 	// 429 "team";q=100;w=50, "team-reports";q=50;w=3600
 	// {"error":"rate_limited","message":"rate limit exceeded (team-reports): retry in 720s","retry_after":720,"policy":"team-reports"}
 	// 200 "team";r=49;t=1

@@ -17,6 +17,7 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -69,6 +70,16 @@ func WithRoute(fn func(c *gin.Context) string) Option {
 // tenant's plan (see tollgate.Policy), such as "reports" on an export route.
 func WithBudget(name string) Option {
 	return func(m *config) { m.spec.Budget = name }
+}
+
+// WithMaxDelay holds a request that its tenant's policies would allow
+// within d and then serves it, instead of answering 429: a client slightly
+// over its rate is slowed down rather than bounced. At most maxHeld
+// requests of one tenant are held at once (0 means
+// tollgatehttp.DefaultMaxHeld); past that, or past d, a request is
+// answered at once. See tollgatehttp.Spec.MaxDelay.
+func WithMaxDelay(d time.Duration, maxHeld int) Option {
+	return func(m *config) { m.spec.MaxDelay, m.spec.MaxHeld = d, maxHeld }
 }
 
 // WithDenyHandler replaces the answer to a denied request (default

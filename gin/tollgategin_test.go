@@ -53,6 +53,7 @@ func TestConformance(t *testing.T) {
 		})), ok)
 		r.GET("/reports/:id", tollgategin.New(s.Limiter, tollgategin.WithBudget(adaptertest.Budget), byTenant), ok)
 		r.GET("/by-header", tollgategin.New(s.Limiter), ok)
+		r.GET("/held", tollgategin.New(s.Limiter, byTenant, tollgategin.WithMaxDelay(adaptertest.HeldDelay, 0)), ok)
 		return serve(t, r)
 	})
 }

@@ -20,6 +20,9 @@
 //	                   the adapter's default names it by the router's pattern
 //	GET /by-header     limited with every default of the adapter: the tenant is the
 //	                   X-Tenant-ID header itself
+//	GET /held          limited, cost 1, in the delay mode: a request that its tenant's
+//	                   plan allows within HeldDelay is held and then served (the
+//	                   adapter's MaxDelay of HeldDelay, MaxHeld left at its default)
 //
 // With Setup.Limiter nil, every route's middleware must log the mistake
 // once, when it is built, and answer every request 500 with
@@ -63,13 +66,18 @@ type NewServer func(t *testing.T, setup Setup) (baseURL string)
 // Budget is the budget that GET /reports/{id} draws from.
 const Budget = "reports"
 
-// The plans of the kit. Tenants "t-small", "t-big" and "t-tiny" are on the
-// plan of their name; every other tenant is on small. Each gives the
-// reports budget 2 tokens refilled at 1 a second.
+// HeldDelay is the MaxDelay of GET /held.
+const HeldDelay = 500 * time.Millisecond
+
+// The plans of the kit. Tenants "t-small", "t-big", "t-tiny" and "t-free"
+// are on the plan of their name; every other tenant is on small. Each gives
+// the reports budget 2 tokens refilled at 1 a second. Free has the figures
+// of tollgate's default free plan.
 var (
 	Small = tollgate.Plan{Name: "small", Limit: tollgate.Limit{Rate: 1, Burst: 3}, Policies: reports}
 	Big   = tollgate.Plan{Name: "big", Limit: tollgate.Limit{Rate: 10, Burst: 10}, Policies: reports}
 	Tiny  = tollgate.Plan{Name: "tiny", Limit: tollgate.Limit{Rate: 1, Burst: 2}, Policies: reports}
+	Free  = tollgate.Plan{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: reports}
 
 	reports = []tollgate.Policy{{Budget: Budget, Limit: tollgate.Limit{Rate: 1, Burst: 2}}}
 )
@@ -117,21 +125,41 @@ type kit struct {
 	events  *Events
 }
 
+// NewResolver returns the kit's plans and their tenants, as the package
+// documentation lists them.
+func NewResolver(t *testing.T) *tollgate.StaticResolver {
+	t.Helper()
+	resolver, err := tollgate.NewStaticResolver([]tollgate.Plan{Small, Big, Tiny, Free}, Small.Name,
+		map[string]string{"t-small": "small", "t-big": "big", "t-tiny": "tiny", "t-free": "free"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resolver
+}
+
 // newKit starts a server whose limiter uses the reference store on a
 // manual clock, or the given store instead.
 func newKit(t *testing.T, newServer NewServer, store tollgate.Store, opts ...tollgate.Option) *kit {
 	t.Helper()
 	clock := storetest.NewClock()
-	resolver, err := tollgate.NewStaticResolver([]tollgate.Plan{Small, Big, Tiny}, Small.Name,
-		map[string]string{"t-small": "small", "t-big": "big", "t-tiny": "tiny"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if store == nil {
 		store = storetest.NewModelStore(clock.Now)
 	}
+	return startKit(t, newServer, store, append([]tollgate.Option{WithClock(clock.Now)}, opts...), clock)
+}
+
+// newRealTimeKit starts a server whose limiter uses the reference store on
+// the real clock, for the cases that wait.
+func newRealTimeKit(t *testing.T, newServer NewServer) *kit {
+	t.Helper()
+	return startKit(t, newServer, storetest.NewModelStore(time.Now), nil, nil)
+}
+
+func startKit(t *testing.T, newServer NewServer, store tollgate.Store, opts []tollgate.Option, clock *storetest.Clock) *kit {
+	t.Helper()
+	resolver := NewResolver(t)
 	events := &Events{}
-	opts = append([]tollgate.Option{WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)
+	opts = append([]tollgate.Option{tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)
 	l, err := tollgate.New(store, resolver, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -468,7 +496,7 @@ func Run(t *testing.T, newServer NewServer) {
 		if built == 0 || !strings.Contains(logs.String(), tollgatehttp.ErrNoLimiter.Error()) {
 			t.Errorf("building middleware without a Limiter logged no misconfiguration naming it:\n%s", logs)
 		}
-		for _, path := range []string{"/limited", "/skipped", "/costly", "/custom", "/reports/1", "/by-header"} {
+		for _, path := range []string{"/limited", "/skipped", "/costly", "/custom", "/reports/1", "/by-header", "/held"} {
 			for range 2 {
 				r := k.get(path, "t-small")
 				k.wantStatus(r, http.StatusInternalServerError)
@@ -483,6 +511,8 @@ func Run(t *testing.T, newServer NewServer) {
 			t.Errorf("the misconfiguration was logged %d times at build and %d times by requests; want only at build", built, n-built)
 		}
 	})
+
+	t.Run("DelayMode", func(t *testing.T) { runDelayMode(t, newServer) })
 
 	t.Run("ConcurrentRequests", func(t *testing.T) {
 		k := newKit(t, newServer, nil)

@@ -48,7 +48,7 @@ func BenchmarkTakeParts(b *testing.B) {
 		time.Sleep(tscFirstCalibration)
 	}
 	var st tollgate.Store = s
-	var timed tollgate.TimedStore = s
+	timed := s
 	var k lookup
 	s.b.lookup(&k, key)
 	r, _ := newRule(lim, 1)

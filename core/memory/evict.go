@@ -16,8 +16,9 @@ const (
 	protectedClass = 16
 )
 
-func classOf(w, now int64) int {
-	c := min(int(spent(w, now)*classesPerBurst), shareClasses-1)
+// A quota's slot ranks by the share of its period's tokens used.
+func classOf(m uint64, w, now int64) int {
+	c := min(int(spentOf(m, w, now)*classesPerBurst), shareClasses-1)
 	if w&throttledBit != 0 {
 		c += shareClasses
 	}
@@ -37,11 +38,12 @@ func (sh *shard) reclaim(now int64) (evicted, drained int) {
 	dropped := 0
 	for i := range t.slots {
 		sl := &t.slots[i]
-		if sl.meta.Load() == 0 {
+		m := sl.meta.Load()
+		if m == 0 {
 			continue
 		}
 		w := sl.word.Load()
-		if w >= 0 && w&tatMask <= now {
+		if w >= 0 && t.expired(m, w, now) {
 			if sl.word.CompareAndSwap(w, deadWord) {
 				dropped++
 				continue
@@ -49,7 +51,7 @@ func (sh *shard) reclaim(now int64) (evicted, drained int) {
 			w = sl.word.Load() // a Take landed first: the bucket is not full
 		}
 		if w >= 0 {
-			classes[classOf(w, now)]++
+			classes[classOf(m, w, now)]++
 		}
 	}
 	sh.live -= dropped
@@ -82,14 +84,15 @@ func (sh *shard) reclaim(now int64) (evicted, drained int) {
 			break
 		}
 		sl := &t.slots[i]
-		if sl.meta.Load() == 0 {
+		m := sl.meta.Load()
+		if m == 0 {
 			continue
 		}
 		w := sl.word.Load()
 		if w < 0 {
 			continue
 		}
-		c := classOf(w, now)
+		c := classOf(m, w, now)
 		if c == last {
 			if spread += atLast; spread < classes[last] {
 				continue
@@ -108,7 +111,7 @@ func (sh *shard) reclaim(now int64) (evicted, drained int) {
 			if w = sl.word.Load(); w < 0 {
 				break
 			}
-			c = classOf(w, now)
+			c = classOf(m, w, now)
 		}
 	}
 	if evicted == 0 && dropped == 0 {
@@ -116,12 +119,13 @@ func (sh *shard) reclaim(now int64) (evicted, drained int) {
 		// first, so that the cap holds.
 		for i := range t.slots {
 			sl := &t.slots[i]
-			if sl.meta.Load() == 0 {
+			m := sl.meta.Load()
+			if m == 0 {
 				continue
 			}
 			if w := sl.word.Load(); w >= 0 && sl.word.CompareAndSwap(w, deadWord) {
 				evicted++
-				if classOf(w, now) >= protectedClass {
+				if classOf(m, w, now) >= protectedClass {
 					drained++
 				}
 				break

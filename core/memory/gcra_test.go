@@ -122,10 +122,10 @@ func TestSpentOrdersBuckets(t *testing.T) {
 	if !(slowOneRequest < 0.02 && fastDrained > 0.8 && fastDrained <= 1) {
 		t.Fatalf("spent: one request of 100 = %v, a drained bucket = %v", slowOneRequest, fastDrained)
 	}
-	if c := classOf(word(tollgate.Limit{Rate: 2, Burst: 20}, 10), now); c < protectedClass {
+	if c := classOf(0, word(tollgate.Limit{Rate: 2, Burst: 20}, 10), now); c < protectedClass {
 		t.Fatalf("a half-spent bucket is in class %d, below the protected %d", c, protectedClass)
 	}
-	if c := classOf(word(tollgate.Limit{Rate: 2, Burst: 20}, 7), now); c >= protectedClass {
+	if c := classOf(0, word(tollgate.Limit{Rate: 2, Burst: 20}, 7), now); c >= protectedClass {
 		t.Fatalf("a bucket with 7 of 20 spent is in class %d, protected", c)
 	}
 	if got := spent(word(tollgate.Limit{Rate: 2, Burst: 20}, 0), now); got != 0 {

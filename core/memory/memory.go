@@ -26,9 +26,8 @@ type Store struct {
 }
 
 var (
-	_ tollgate.Store      = (*Store)(nil)
-	_ tollgate.TimedStore = (*Store)(nil)
-	_ tollgate.Checker    = (*Store)(nil)
+	_ tollgate.Store   = (*Store)(nil)
+	_ tollgate.Checker = (*Store)(nil)
 )
 
 // Stats are counters of a Store.
@@ -120,7 +119,7 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 // TakeAt is Take at the time now, which must carry a monotonic clock
 // reading, as time.Now's does; it saves the Store a clock read. A Store made
 // WithClock ignores now and reads its own clock. Take's clock and time.Now
-// agree within a few microseconds. It implements tollgate.TimedStore.
+// agree within a few microseconds.
 func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost int64, now time.Time) (tollgate.Result, error) {
 	b := s.b
 	if b == nil {
@@ -186,6 +185,7 @@ type buckets struct {
 	clock     clock
 	evictions atomic.Uint64
 	drained   atomic.Uint64
+	tenants   tenantLocks // for Ops on several rules (ops.go)
 }
 
 // Shards hold about shardKeys buckets at the cap, so that making room in
@@ -326,16 +326,23 @@ func (sh *shard) takeLocked(b *buckets, k *lookup, r *rule, cost, now int64) tol
 		return res
 	}
 	w, res := r.take(0, now, cost)
+	sh.admit(b, k.stored(), k.meta, w, now)
+	return res
+}
+
+// admit adds a slot of stored bytes s, meta m and word w, making room first
+// at the cap; sh.mu is held and the slot is missing.
+func (sh *shard) admit(b *buckets, s string, m uint64, w, now int64) {
 	for sh.live >= sh.cap {
 		evicted, drained := sh.reclaim(now)
 		b.evictions.Add(uint64(evicted))
 		b.drained.Add(uint64(drained))
 	}
+	t := sh.table.Load()
 	if (sh.used+1)*4 > len(t.slots)*3 {
 		t = sh.rebuild(now)
 	}
-	sh.add(t, k.stored(), k.meta, w)
-	return res
+	sh.add(t, s, m, w)
 }
 
 func (b *buckets) sweep() int {

@@ -36,8 +36,11 @@ type table struct {
 //	bit  39      the stored bytes are the key's SHA-256 (a key longer
 //	             than maxInlineKey), not the key
 //	bits 38..32  the stored bytes' length, at most 64
-//	bits 31..28  zero: room to tell apart the buckets of several limits of
-//	             one tenant, which would share its stored bytes and hash
+//	bit  31      a rule of an Op other than a tenant's main bucket: the
+//	             stored bytes are the rule's identity (ruleFlag, ops.go)
+//	bit  30      that rule is a quota: the word counts its period's tokens
+//	             (quotaFlag)
+//	bits 29..28  zero
 //	bits 27..0   the bytes' offset in the arena
 type slot struct {
 	word atomic.Int64 // the bucket's state (see gcra.go), or a marker
@@ -227,19 +230,21 @@ func (sh *shard) add(t *table, s string, m uint64, w int64) {
 	sh.used++
 }
 
-// dropFull marks dead every bucket that is full at now and returns how many.
+// dropFull marks dead every bucket that is full at now, and every quota
+// whose period has ended, and returns how many.
 func (sh *shard) dropFull(now int64) int {
 	t := sh.table.Load()
 	dropped := 0
 	for i := range t.slots {
 		sl := &t.slots[i]
-		if sl.meta.Load() == 0 {
+		m := sl.meta.Load()
+		if m == 0 {
 			continue
 		}
 		// A Take racing with this either lands first, and the bucket
 		// is no longer full, or finds the slot dead and starts afresh
 		// from the full bucket it was.
-		if w := sl.word.Load(); w >= 0 && w&tatMask <= now && sl.word.CompareAndSwap(w, deadWord) {
+		if w := sl.word.Load(); w >= 0 && t.expired(m, w, now) && sl.word.CompareAndSwap(w, deadWord) {
 			dropped++
 		}
 	}
@@ -272,7 +277,7 @@ func (sh *shard) rebuild(now int64) *table {
 		// racing Take either lands before and is copied, or fails and
 		// looks again in the new table under the lock.
 		w := sl.word.Swap(movedWord)
-		if w < 0 || w&tatMask <= now {
+		if w < 0 || old.expired(m, w, now) {
 			continue
 		}
 		sh.add(next, old.key(m), m, w)

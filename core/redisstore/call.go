@@ -18,6 +18,10 @@ type call struct {
 	tenant string   // the Redis key of the tenant's main bucket: its hash tag is every rule's
 	keys   []string // the rules' keys, as the script takes them (two per quota)
 	bounds []bounds // per quota rule, in rule order: its candidate periods
+	args   []any    // the script's arguments for the Op (see encode)
+	rules  int      // the Op's number of rules
+	kind   tollgate.OpKind
+	argBuf [3]any // room for a Take's arguments
 
 	deadline time.Time // when the caller stops waiting
 	trip     atomic.Pointer[trip]
@@ -29,15 +33,25 @@ type call struct {
 	done  chan struct{}
 
 	// The call's own Op, which op points to: a Take's, or a copy of a
-	// Do's (see Store.Do). The arrays are room for it, so that a call
-	// costs one allocation for a Take and few for a Do.
-	takeOp     tollgate.Op
-	takeRule   [1]tollgate.Rule
-	takeResult [1]tollgate.Result
-	takeKey    [1]string
-	ownRules   [4]tollgate.Rule
-	ownResults [4]tollgate.Result
-	ownMarks   [4]int64
+	// Do's (see Store.Do).
+	own tollgate.Op
+}
+
+// A takeCall is a call with room for a Take's Op, so that a Take costs one
+// allocation.
+type takeCall struct {
+	call
+	rule   [1]tollgate.Rule
+	result [1]tollgate.Result
+	key    [1]string
+}
+
+// A doCall is a call with room for a copy of a Do's Op of up to four rules.
+type doCall struct {
+	call
+	rules   [4]tollgate.Rule
+	results [4]tollgate.Result
+	marks   [4]int64
 }
 
 // A call's state: whoever writes its answer (into its Op, or err) claims
@@ -164,11 +178,19 @@ func (c *call) prepareKeys(now time.Time, cache *boundsCache) {
 	}
 }
 
-// appendScript appends c's keys and arguments to a script call's (see
-// opScript).
-func (c *call) appendScript(keys []string, args []any) ([]string, []any) {
+// encode fills in c.args, the script's arguments for c's Op (see
+// opScript), and c.rules. It runs in the caller's goroutine, before c is
+// sent: once a caller has given up, its Op may be reused at once (the
+// Limiter pools them), so the goroutine that sends c reads nothing of the
+// Op until it has claimed c.
+func (c *call) encode() {
+	c.rules, c.kind = len(c.op.Rules), c.op.Kind
+	c.args = c.appendArgs(c.argBuf[:0])
+}
+
+// appendArgs appends the script's arguments for c's Op to args.
+func (c *call) appendArgs(args []any) []any {
 	op := c.op
-	keys = append(keys, c.keys...)
 	header := int(op.Kind) + 8*len(op.Rules)
 	if op.MaxDelay > 0 && (op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect) {
 		args = append(args, header+4, min(op.MaxDelay, tollgate.MaxWindow).Microseconds())
@@ -194,7 +216,7 @@ func (c *call) appendScript(keys []string, args []any) ([]string, []any) {
 			args = append(args, mark)
 		}
 	}
-	return keys, args
+	return args
 }
 
 // A trip is one round trip to Redis. Its watchdog answers each of its

@@ -62,6 +62,7 @@ func (s *Store) check(ctx context.Context) error {
 		op := &tollgate.Op{Kind: kind, Key: checkTenant, Rules: rules, Cost: 1}
 		c := &call{op: op, tenant: redisKey(s.prefix, checkTenant)}
 		c.prepareKeys(s.wallNow(), &s.bounds)
+		c.encode()
 		groups, err := s.exec(ctx, []*call{c}, nil)
 		if err != nil {
 			return checkErr("the script ("+kind.String()+")", err)

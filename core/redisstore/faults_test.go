@@ -87,7 +87,9 @@ func TestFaultSilentRedis(t *testing.T) {
 		}
 		t.Logf("%d decisions: the first %d waited up to %v; after them %d answered within 1 ms (slowest %v), %d probes; wake-ups up to %v late",
 			len(took), redisstore.DefaultBreakerFailures, worst, fast, worstFast, slow, jitter)
-		if worst > tollgate.DefaultStoreTimeout+5*time.Millisecond+jitter {
+		// The probe samples the machine's wake-up delay; a decision may meet
+		// a worse one than it saw.
+		if worst > tollgate.DefaultStoreTimeout+5*time.Millisecond+2*jitter {
 			t.Errorf("a decision took %v, beyond the timeout + 5 ms (+ %v of scheduling delay)", worst, jitter)
 		}
 		// One probe per 500 ms back-off: at most three in 1.2 s, and
@@ -176,6 +178,7 @@ func TestFaultSlowRedis(t *testing.T) {
 		// service that has been up for a while.
 		openLoad(l, 500, 300*time.Millisecond, nil)
 		accepted := proxy.Accepted()
+		closedBefore := accepted - proxy.Open() // Check's subscription, among others
 		probe := startJitterProbe()
 
 		steady := openLoad(l, 500, 2*time.Second, nil)
@@ -211,12 +214,13 @@ func TestFaultSlowRedis(t *testing.T) {
 		}
 		during, _ := degradedShare(rs, hiccupAt, end)
 		after, _ := degradedShare(rs, end+time.Second, length)
-		t.Logf("hiccup of %v at %v: %.0f %% degraded during it; at most 1 %% from %v after its end on (%.2f %% from 1 s on: %s); %d connections dialled in all; wake-ups up to %v late",
-			hiccup, hiccupAt, 100*during, recovered, 100*after, causes(rs), proxy.Accepted()-accepted, jitter)
-		// A caller that gives up costs no connection: the pool grows only
-		// to carry round trips in flight, never to replace one.
-		if n := proxy.Accepted() - accepted; n > 20 {
-			t.Errorf("%d connections dialled under latency: callers giving up closed connections", n)
+		t.Logf("hiccup of %v at %v: %.0f %% degraded during it; at most 1 %% from %v after its end on (%.2f %% from 1 s on: %s); %d connections dialled, %d closed; wake-ups up to %v late",
+			hiccup, hiccupAt, 100*during, recovered, 100*after, causes(rs), proxy.Accepted()-accepted, proxy.Accepted()-proxy.Open()-closedBefore, jitter)
+		// A caller that gives up costs no connection: no connection the
+		// client opened was closed (the pool grows only to carry round trips
+		// in flight).
+		if closed := proxy.Accepted() - proxy.Open() - closedBefore; closed > 0 {
+			t.Errorf("%d connections closed under latency: callers giving up closed connections", closed)
 		}
 		// The 1 % targets leave 20 ms of the timeout to the machine: a
 		// test process woken 15 ms late misses deadlines that the store
@@ -268,4 +272,50 @@ func causes(rs []loadResult) string {
 		}
 	}
 	return fmt.Sprintf("%d with the breaker open, %d timed out, %d other", open, timeout, other)
+}
+
+// TestAbandonedOpReused gives up on Ops whose round trips are slow and
+// reuses each Op at once for another request, as the Limiter does with its
+// pool: the store must neither read nor write an Op it no longer owns (the
+// race detector watches), and the requests it then answers are unharmed.
+func TestAbandonedOpReused(t *testing.T) {
+	srv := testredis.Start(t)
+	proxy := testredis.NewProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	defer client.Close()
+	s := newStore(t, client, redisstore.WithPrefix(testPrefix(t)), redisstore.WithCircuitBreaker(0, 0))
+	proxy.SetLatency(0, 20*time.Millisecond)
+	one := []tollgate.Rule{{Limit: tollgate.Limit{Rate: 1000, Burst: 1000}}}
+	three := []tollgate.Rule{{Limit: tollgate.Limit{Rate: 1000, Burst: 1000}},
+		{Sub: "day", Quota: tollgate.PerDay(1e6)}, {Sub: "b:x", Limit: tollgate.Limit{Rate: 1000, Burst: 1000}}}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op := &tollgate.Op{}
+			for i := range 20 {
+				*op = tollgate.Op{Kind: tollgate.OpTake, Key: "t" + strconv.Itoa(w), Rules: one, Cost: 1,
+					Deadline: time.Now().Add(5 * time.Millisecond), Results: op.Results[:0], Marks: op.Marks[:0]}
+				if err := s.Do(context.Background(), op); !errors.Is(err, redisstore.ErrUnavailable) {
+					t.Errorf("a call with a 5 ms deadline to a Redis 20 ms away: %v", err)
+					return
+				}
+				// Reused at once, with other rules and another tenant.
+				*op = tollgate.Op{Kind: tollgate.OpInspect, Key: "other" + strconv.Itoa(i), Rules: three, Cost: 2,
+					Results: op.Results[:0], Marks: op.Marks[:0]}
+				for j := range 3 {
+					op.Results = append(op.Results, tollgate.Result{Remaining: int64(j)})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// The late answers have come back by now; the store decides as ever.
+	time.Sleep(50 * time.Millisecond)
+	proxy.SetLatency(0, 0)
+	op := &tollgate.Op{Kind: tollgate.OpTake, Key: "after", Rules: three, Cost: 1, Deadline: time.Now().Add(5 * time.Second)}
+	if err := s.Do(context.Background(), op); err != nil || !op.Allowed || op.Results[1].Remaining != 1e6-1 {
+		t.Fatalf("after the abandoned calls: %+v, %v", op, err)
+	}
 }

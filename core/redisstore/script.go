@@ -287,7 +287,8 @@ func (s *Store) exec(ctx context.Context, batch []*call, epoch *epochCheck) ([]g
 		args := make([]any, 2, 2+nkeys*5)
 		args[0], args[1] = now, s.channel
 		for _, j := range g.idx {
-			keys, args = batch[j].appendScript(keys, args)
+			keys = append(keys, batch[j].keys...)
+			args = append(args, batch[j].args...)
 		}
 		if eval {
 			g.cmd = c.Eval(ctx, opScript, keys, args...)
@@ -403,7 +404,7 @@ func replies(g *group, batch []*call) (now int64, per [][]int64, err error) {
 	now, vals = vals[0], vals[1:]
 	per = make([][]int64, len(g.idx))
 	for i, j := range g.idx {
-		n := 1 + len(batch[j].op.Rules)
+		n := 1 + batch[j].rules
 		if len(vals) < n {
 			return 0, nil, fmt.Errorf("the script answered %d values, too few for its %d Ops", len(vals), len(g.idx))
 		}

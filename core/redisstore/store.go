@@ -330,17 +330,18 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 			return r, nil
 		}
 	}
-	c := &call{}
-	c.takeRule[0] = tollgate.Rule{Limit: limit}
-	c.takeOp = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: c.takeRule[:], Cost: cost, Results: c.takeResult[:0]}
-	c.op = &c.takeOp
+	tc := &takeCall{}
+	c := &tc.call
+	tc.rule[0] = tollgate.Rule{Limit: limit}
+	c.own = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: tc.rule[:], Cost: cost, Results: tc.result[:0]}
+	c.op = &c.own
 	c.tenant = tenant
-	c.takeKey[0] = c.tenant
-	c.keys = c.takeKey[:]
+	tc.key[0] = c.tenant
+	c.keys = tc.key[:]
 	if err := s.do(ctx, c, time.Time{}); err != nil {
 		return tollgate.Result{}, err
 	}
-	return c.takeOp.Results[0], nil
+	return c.own.Results[0], nil
 }
 
 // Do runs op on the rules of op.Key in one atomic script call (one per Op,
@@ -363,20 +364,27 @@ func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
 	// after a caller that gave up has returned, and that caller may be
 	// using its Op again (the Limiter recycles them). The answer goes
 	// back into op here, in the caller's goroutine.
-	c := &call{tenant: redisKey(s.prefix, op.Key)}
-	c.takeOp = *op
-	c.takeOp.Rules = append(c.ownRules[:0], op.Rules...)
-	c.takeOp.Results = c.ownResults[:0]
-	c.takeOp.Marks = append(c.ownMarks[:0], op.Marks...)
-	c.op = &c.takeOp
+	dc := &doCall{}
+	c := &dc.call
+	c.tenant = redisKey(s.prefix, op.Key)
+	c.own = *op
+	c.own.Rules = append(dc.rules[:0], op.Rules...)
+	c.own.Results = dc.results[:0]
+	c.own.Marks = append(dc.marks[:0], op.Marks...)
+	c.op = &c.own
 	c.keys = make([]string, 0, len(op.Rules)+2)
 	c.prepareKeys(s.wallNow(), &s.bounds)
-	if err := s.do(ctx, c, op.Deadline); err != nil {
+	start := s.mono()
+	err := s.do(ctx, c, op.Deadline)
+	// For the Limiter's observers: the wait for Redis, or for its
+	// failure (nearly 0 for an answer from the denial cache).
+	op.Latency = s.mono() - start
+	if err != nil {
 		return err
 	}
-	op.Allowed, op.Delay = c.takeOp.Allowed, c.takeOp.Delay
-	op.Results = append(op.Results[:0], c.takeOp.Results...)
-	op.Marks = append(op.Marks[:0], c.takeOp.Marks...)
+	op.Allowed, op.Delay = c.own.Allowed, c.own.Delay
+	op.Results = append(op.Results[:0], c.own.Results...)
+	op.Marks = append(op.Marks[:0], c.own.Marks...)
 	return nil
 }
 
@@ -414,6 +422,7 @@ func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 	}
 	c.deadline = deadline
 	c.done = make(chan struct{})
+	c.encode()
 	if !s.submit(c, mono) {
 		return errQueueFull
 	}
@@ -662,7 +671,7 @@ func (s *Store) prepare(batch []*call, wall time.Time, now int64) []*call {
 			c.fail(timeoutErr(c))
 			continue
 		}
-		if k := c.op.Kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
+		if k := c.kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
 			if s.cache.answer(c, now) {
 				c.release()
 				continue

@@ -398,8 +398,9 @@ func TestTTLHygiene(t *testing.T) {
 		tat, _ := getCmd.Int64()
 		full := time.Duration(tat-timeCmd.Val().UnixMicro()) * time.Microsecond
 		// The key outlives its bucket by at most 2ms, and PTTL, counted
-		// from a clock truncated to the millisecond, reads up to 1ms more.
-		if d := ttlCmd.Val() - full; d < 0 || d > 3*time.Millisecond {
+		// from a clock truncated to the millisecond, reads up to 1ms more;
+		// a loaded server's PTTL and TIME may be another 2ms apart.
+		if d := ttlCmd.Val() - full; d < 0 || d > 5*time.Millisecond {
 			t.Fatalf("key %s expires in %v but its bucket is full in %v", k, ttlCmd.Val(), full)
 		}
 	}

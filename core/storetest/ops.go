@@ -190,6 +190,43 @@ func opsCases(t *testing.T) []opsCase {
 			},
 		},
 		{
+			name:  "a delay of exactly MaxDelay is granted",
+			rules: []tollgate.Rule{bucket10x1},
+			steps: []opStep{
+				{kind: take, allowed: true, remaining: []int64{0}},
+				{kind: take, delay: 100 * ms, allowed: true, wantDelay: 100 * ms, remaining: []int64{0}},
+				{kind: take, delay: 200*ms - time.Microsecond, retry: []time.Duration{200 * ms}, remaining: []int64{0}},
+				{kind: take, delay: 200 * ms, allowed: true, wantDelay: 200 * ms, remaining: []int64{0}},
+			},
+		},
+		{
+			name:  "a reservation of several tokens",
+			rules: []tollgate.Rule{bucket10x2},
+			steps: []opStep{
+				{kind: take, cost: 2, delay: 250 * ms, allowed: true, remaining: []int64{0}},
+				{kind: take, cost: 2, delay: 250 * ms, allowed: true, wantDelay: 200 * ms, remaining: []int64{0}},
+				{kind: take, delay: 250 * ms, retry: []time.Duration{300 * ms}, remaining: []int64{0}},
+				{advance: 50 * ms, kind: take, delay: 250 * ms, allowed: true, wantDelay: 250 * ms, remaining: []int64{0}},
+			},
+		},
+		{
+			name:  "a reservation waits for its slowest bucket",
+			rules: []tollgate.Rule{bucket10x1, {Sub: "b:x", Limit: tollgate.Limit{Rate: 5, Burst: 1}}},
+			steps: []opStep{
+				/* 1 */ {kind: take, delay: time.Second, allowed: true, remaining: []int64{0, 0}},
+				/* 2 */ {kind: take, delay: time.Second, allowed: true, wantDelay: 200 * ms, remaining: []int64{0, 0}},
+				// The budget's bucket is 400ms out, past MaxDelay: neither
+				// bucket reserves.
+				/* 3 */ {kind: take, delay: 300 * ms, retry: []time.Duration{200 * ms, 400 * ms}, remaining: []int64{0, 0}},
+				// The main bucket alone has a slot 200ms out.
+				/* 4 */ {kind: inspect, rules: []tollgate.Rule{bucket10x1}, delay: 300 * ms, allowed: true, wantDelay: 200 * ms},
+				// The latest reservation gives both buckets their tokens back.
+				/* 5 */ {kind: tollgate.OpCancel, marksOf: 2, remaining: []int64{0, 0}},
+				/* 6 */ {kind: inspect, delay: time.Second, allowed: true, wantDelay: 200 * ms, remaining: []int64{0, 0}},
+				/* 7 */ {advance: 100 * ms, kind: take, delay: 150 * ms, allowed: true, wantDelay: 100 * ms, remaining: []int64{0, 0}},
+			},
+		},
+		{
 			name:  "a quota never reserves",
 			rules: []tollgate.Rule{bucket10x2, quotaRule("day", tollgate.PerDay(3))},
 			steps: []opStep{
@@ -481,9 +518,10 @@ func RunOpsHostileKeys(t *testing.T, newStore NewMultiStore) {
 // spread over stores, which share one backend and clock: with the clock
 // stopped exactly as many requests are allowed as the tightest limit lets
 // through, and afterwards every limit holds exactly what the allowed
-// requests took (a denied request spent from none); with the clock moving,
-// no limit is ever exceeded. Stores over a backend of their own must be
-// passed one at a time.
+// requests took (a denied request spent from none); reservations made all
+// at once each get a slot of their own; with the clock moving, no limit is
+// ever exceeded. Stores over a backend of their own must be passed one at a
+// time.
 func RunOpsConcurrency(t *testing.T, stores []tollgate.MultiStore, clock *Clock) {
 	const workers = 64
 	run := func(t *testing.T, rules []tollgate.Rule, each int, step time.Duration) (allowed int64, elapsed time.Duration) {
@@ -558,6 +596,9 @@ func RunOpsConcurrency(t *testing.T, stores []tollgate.MultiStore, clock *Clock)
 			t.Fatalf("allowed %d, want exactly the burst of 50", got)
 		}
 	})
+	t.Run("stopped clock, reservations", func(t *testing.T) {
+		runReservations(t, stores)
+	})
 	t.Run("moving clock", func(t *testing.T) {
 		rules := []tollgate.Rule{{Limit: tollgate.Limit{Rate: 100, Burst: 20}}, quotaRule("day", tollgate.PerDay(150)),
 			{Sub: "b:x", Limit: tollgate.Limit{Rate: 60, Burst: 40}}}
@@ -572,4 +613,62 @@ func RunOpsConcurrency(t *testing.T, stores []tollgate.MultiStore, clock *Clock)
 		}
 		t.Logf("allowed %d of a possible %d", got, ceiling)
 	})
+}
+
+// runReservations has 64 goroutines spread over stores reserve one token
+// each, at once, on a stopped clock, from a bucket of 5 at 10/s with a
+// MaxDelay of 1s: exactly 15 are granted, each a slot of its own (five now,
+// then one every 100ms up to 1s), so that together they never exceed the
+// rate; the rest are denied and spend nothing, not even from the quota.
+func runReservations(t *testing.T, stores []tollgate.MultiStore) {
+	const workers = 64
+	rules := []tollgate.Rule{{Limit: tollgate.Limit{Rate: 10, Burst: 5}}, quotaRule("day", tollgate.PerDay(1000))}
+	key := Key(t, "k")
+	delays := make(chan time.Duration, workers)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range workers {
+		s := stores[w%len(stores)]
+		wg.Go(func() {
+			<-start
+			op := &tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: rules, Cost: 1, MaxDelay: time.Second}
+			if err := s.Do(ctx(), op); err != nil {
+				failed.Add(1)
+			} else if op.Allowed {
+				delays <- op.Delay
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(delays)
+	if failed.Load() > 0 {
+		t.Fatalf("%d Ops failed", failed.Load())
+	}
+	slots := map[time.Duration]int{}
+	granted := 0
+	for d := range delays {
+		slots[d]++
+		granted++
+	}
+	if granted != 15 {
+		t.Fatalf("%d reservations granted, want 15: 5 now and 10 within 1s (slots %v)", granted, slots)
+	}
+	for k := 1; k <= 10; k++ {
+		if d := time.Duration(k) * 100 * time.Millisecond; slots[d] != 1 {
+			t.Fatalf("%d reservations for the slot %v out, want exactly 1 (slots %v)", slots[d], d, slots)
+		}
+	}
+	if slots[0] != 5 {
+		t.Fatalf("%d requests granted without a delay, want the burst of 5 (slots %v)", slots[0], slots)
+	}
+	op := &tollgate.Op{Kind: tollgate.OpInspect, Key: key, Rules: rules, Cost: 1, MaxDelay: 2 * time.Second}
+	if err := stores[0].Do(ctx(), op); err != nil {
+		t.Fatal(err)
+	}
+	if op.Delay != 1100*time.Millisecond || op.Results[1].Remaining != 1000-15 {
+		t.Fatalf("after the reservations: next slot %v out and %d left of the quota, want 1.1s and %d",
+			op.Delay, op.Results[1].Remaining, 1000-15)
+	}
 }

@@ -283,3 +283,45 @@ func FuzzHeaders(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTenant sends any tenant ID and plan name through the middleware: it
+// never panics, answers 200, 429, 400 or 401 (a 500 only for a plan the
+// resolver gets wrong), and every header value it writes is printable ASCII.
+func FuzzTenant(f *testing.F) {
+	f.Add("acme", "free", int64(1))
+	f.Add("", "free", int64(1))
+	f.Add(strings.Repeat("\xff", 300), `"`, int64(0))
+	f.Add("{t}\x00\r\n", "a/b:c+d", int64(25))
+	clock := storetest.NewClock()
+	store := storetest.NewModelStore(clock.Now)
+	f.Fuzz(func(t *testing.T, tenant, planName string, cost int64) {
+		plan := tollgate.Plan{Name: planName, Limit: free.Limit, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(100)}}}
+		l, err := tollgate.New(store, tollgate.SinglePlan(plan), tollgate.WithLogger(nil), adaptertest.WithClock(clock.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := tollgatehttp.Middleware(l,
+			tollgatehttp.WithTenant(func(*http.Request) string { return tenant }),
+			tollgatehttp.WithCost(cost))(http.HandlerFunc(ok))
+		rec := newRecorder()
+		h.ServeHTTP(rec, &http.Request{Method: http.MethodGet, Header: http.Header{}})
+		switch rec.status {
+		case 0, http.StatusOK, http.StatusTooManyRequests, http.StatusBadRequest, http.StatusUnauthorized:
+		case http.StatusInternalServerError:
+			if plan.Validate() == nil && cost <= free.Limit.Burst {
+				t.Fatalf("500 for a valid plan %q and cost %d", planName, cost)
+			}
+		default:
+			t.Fatalf("status %d", rec.status)
+		}
+		for k, vs := range rec.header {
+			for _, v := range vs {
+				for i := 0; i < len(v); i++ {
+					if c := v[i]; c < 0x20 || c > 0x7e {
+						t.Fatalf("%s value %q has byte %#x", k, v, c)
+					}
+				}
+			}
+		}
+	})
+}

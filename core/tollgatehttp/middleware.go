@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 )
@@ -53,6 +54,14 @@ func WithRoute(fn func(*http.Request) string) Option {
 // tenant's plan (see tollgate.Policy), such as "reports" on an export route.
 func WithBudget(name string) Option {
 	return func(m *middleware) { m.spec.Budget = name }
+}
+
+// WithMaxDelay holds a request that the policies would allow within d and
+// then serves it, instead of answering 429 (see Spec.MaxDelay); at most
+// maxHeld requests of one tenant are held at once (0 means
+// DefaultMaxHeld).
+func WithMaxDelay(d time.Duration, maxHeld int) Option {
+	return func(m *middleware) { m.spec.MaxDelay, m.spec.MaxHeld = d, maxHeld }
 }
 
 // WithDenyHandler replaces the answer to a denied request (default: the

@@ -29,6 +29,7 @@ func TestMiddlewareConformance(t *testing.T) {
 				w.Write([]byte(`{"denied":"` + d.Tenant + `"}`))
 			}))
 		byHeader := tollgatehttp.Middleware(s.Limiter)
+		held := tollgatehttp.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0))
 		mux := http.NewServeMux()
 		mux.Handle("GET /limited", limit(http.HandlerFunc(ok)))
 		mux.Handle("GET /skipped", limit(http.HandlerFunc(ok)))
@@ -36,6 +37,7 @@ func TestMiddlewareConformance(t *testing.T) {
 		mux.Handle("GET /custom", custom(http.HandlerFunc(ok)))
 		mux.Handle("GET /reports/{id}", reports(http.HandlerFunc(ok)))
 		mux.Handle("GET /by-header", byHeader(http.HandlerFunc(ok)))
+		mux.Handle("GET /held", held(http.HandlerFunc(ok)))
 		srv := httptest.NewServer(adaptertest.Authenticate(mux, func(r *http.Request, tenant string) *http.Request {
 			return r.WithContext(context.WithValue(r.Context(), adaptertest.TenantKey{}, tenant))
 		}))

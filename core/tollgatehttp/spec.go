@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
+	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 )
@@ -62,7 +64,25 @@ type Spec[C any] struct {
 	// that name, with the figures its tenant's plan gives the budget
 	// (see tollgate.Policy). It must be a valid name (tollgate.ValidName).
 	Budget string
+
+	// MaxDelay, if > 0, holds a request that the policies would allow
+	// within MaxDelay, on its own goroutine, and then serves it, instead
+	// of answering 429: a client slightly over its rate is slowed down
+	// rather than bounced (nginx's limit_req delay). A request that would
+	// wait longer, or past its context's deadline, gets 429 at once. The
+	// headers describe the state after the wait. A request whose context
+	// ends while held (its client went away) gives its tokens back.
+	MaxDelay time.Duration
+
+	// MaxHeld bounds the requests of one tenant held at once under
+	// MaxDelay (default DefaultMaxHeld); past it, a request is decided
+	// without waiting.
+	MaxHeld int
 }
+
+// DefaultMaxHeld is the number of requests of one tenant that the delay mode
+// holds at once unless Spec.MaxHeld says otherwise.
+const DefaultMaxHeld = 16
 
 // A Framework is what an adapter tells Build about its framework's
 // requests. Every function is required but Route.
@@ -77,6 +97,8 @@ type Framework[C any] struct {
 // one with Build; it is safe for concurrent use.
 type Handler[C any] struct {
 	limiter   *tollgate.Limiter
+	maxDelay  time.Duration
+	held      *heldCounts // when maxDelay > 0
 	tenant    func(C) string
 	cost      int64
 	costFunc  func(C) int64
@@ -95,6 +117,9 @@ func Build[C any](s Spec[C], fw Framework[C]) (*Handler[C], error) {
 	if s.Limiter == nil {
 		return nil, ErrNoLimiter
 	}
+	if s.MaxDelay < 0 || s.MaxHeld < 0 {
+		return nil, fmt.Errorf("tollgatehttp: MaxDelay and MaxHeld must be >= 0, got %v and %d", s.MaxDelay, s.MaxHeld)
+	}
 	if s.Budget != "" && !tollgate.ValidName(s.Budget) {
 		return nil, fmt.Errorf("tollgatehttp: Budget %q is not a valid name (1 to %d letters, digits or \"-_.:/+\")", s.Budget, tollgate.MaxNameLength)
 	}
@@ -107,6 +132,14 @@ func Build[C any](s Spec[C], fw Framework[C]) (*Handler[C], error) {
 		budget:   s.Budget,
 		context:  fw.Context,
 		method:   fw.Method,
+		maxDelay: s.MaxDelay,
+	}
+	if s.MaxDelay > 0 {
+		maxHeld := s.MaxHeld
+		if maxHeld == 0 {
+			maxHeld = DefaultMaxHeld
+		}
+		h.held = &heldCounts{max: maxHeld, counts: map[string]int{}}
 	}
 	if h.tenant == nil {
 		header := fw.Header
@@ -140,6 +173,52 @@ func (h *Handler[C]) Decide(c C, a *Answer) bool {
 		RouteFunc: h.routeFunc,
 		RouteArg:  c,
 	}
-	Decide(h.context(c), h.limiter, &req, a)
+	ctx := h.context(c)
+	if h.held == nil || !h.held.acquire(req.Tenant) {
+		Decide(ctx, h.limiter, &req, a)
+		return true
+	}
+	defer h.held.release(req.Tenant)
+	req.MaxDelay = h.maxDelay
+	if deadline, ok := ctx.Deadline(); ok {
+		// A request whose context ends before its slot would be held
+		// only to fail: it is decided as if it could not wait that long.
+		req.MaxDelay = min(req.MaxDelay, time.Until(deadline))
+	}
+	Decide(ctx, h.limiter, &req, a)
+	if a.Status == 0 && a.Decision.Delay > 0 {
+		if err := h.limiter.Hold(ctx, &a.Decision); err != nil {
+			// The client went away while held; whatever is written
+			// now reaches no one, and the tokens went back.
+			a.Status, a.Body = http.StatusServiceUnavailable, ResponseBody{Error: CodeUnavailable, Message: "request cancelled while held"}
+		}
+	}
 	return true
+}
+
+// heldCounts counts the requests of each tenant that the delay mode holds.
+type heldCounts struct {
+	max    int
+	mu     sync.Mutex
+	counts map[string]int // tenants with requests held now
+}
+
+// acquire reports whether another request of tenant may be held, and
+// counts it if so.
+func (hc *heldCounts) acquire(tenant string) bool {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if hc.counts[tenant] >= hc.max {
+		return false
+	}
+	hc.counts[tenant]++
+	return true
+}
+
+func (hc *heldCounts) release(tenant string) {
+	hc.mu.Lock()
+	if hc.counts[tenant]--; hc.counts[tenant] <= 0 {
+		delete(hc.counts, tenant)
+	}
+	hc.mu.Unlock()
 }

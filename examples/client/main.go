@@ -37,7 +37,7 @@ import (
 )
 
 func main() {
-	fw := flag.String("fw", "chi", "example app to run: gin, echo, chi or fiber")
+	fw := flag.String("fw", "chi", "example app to run: gin, echo, chi, fiber, echov5 or fiberv3")
 	duration := flag.Duration("duration", 8*time.Second, "how long both clients work, at most 20s")
 	workers := flag.Int("workers", 4, "concurrent workers per client")
 	flag.Parse()

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	bins, err = launch.Build(ctx, dir, launch.Frameworks...)
+	bins, err = launch.Build(ctx, dir, append(slices.Clone(launch.Frameworks), "worker")...)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

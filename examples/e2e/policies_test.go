@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/redisstore"
 	"github.com/tollgate-go/tollgate/examples/internal/demo"
 	"github.com/tollgate-go/tollgate/examples/internal/launch"
@@ -18,19 +16,15 @@ import (
 )
 
 // A storeMode is a store the apps can run on, for the tests of plans with
-// several policies: those need a tollgate.MultiStore, and without one the
-// apps serve each plan's token bucket alone (and log that quotas and budgets
-// are off). The check is on the store type itself, so each mode turns on by
-// itself once its store can.
+// several policies.
 type storeMode struct {
 	name  string
-	store tollgate.Store // a value of the store's type, for the check
-	redis bool           // run the apps on the shared Redis, one at a time
+	redis bool // run the apps on the shared Redis, one at a time
 }
 
 var storeModes = []storeMode{
-	{name: "memory", store: (*memory.Store)(nil)},
-	{name: "redis", store: (*redisstore.Store)(nil), redis: true},
+	{name: "memory"},
+	{name: "redis", redis: true},
 }
 
 // runPolicies runs test against every app on every store mode: in
@@ -40,9 +34,6 @@ var storeModes = []storeMode{
 func runPolicies(t *testing.T, tenant string, test func(t *testing.T, app *launch.App)) {
 	for _, mode := range storeModes {
 		t.Run(mode.name, func(t *testing.T) {
-			if !demo.Policies(mode.store) {
-				t.Skipf("%T is not a tollgate.MultiStore (it has no Do method), so the apps can not apply daily quotas or budgets on it", mode.store)
-			}
 			for _, fw := range launch.Frameworks {
 				t.Run(fw, func(t *testing.T) {
 					if !mode.redis {

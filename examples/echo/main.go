@@ -3,12 +3,12 @@
 //	go run ./examples/echo                                     # :8080, memory store
 //	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echo
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the
-// plan and from the tenant's reports budget, 50 tokens an hour), and
-// GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
-// on the enterprise plan, globex on growth, initech on startup, umbrella on
-// trial (a burst of 10 at 5/s and 30 requests a UTC day), anyone else on
-// free.
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the plan
+// and from the tenant's reports budget, 50 tokens an hour), and GET /healthz
+// is not limited, nor GET /metrics (Prometheus). The tenant is the
+// X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
+// initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
+// requests a UTC day), anyone else on free.
 package main
 
 import (
@@ -40,7 +40,7 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	limiter, metrics, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -64,6 +64,8 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	e.HideBanner, e.HidePort = true, true
 	e.Use(middleware.Recover())
 	e.GET("/healthz", healthz) // not limited: load balancers must always get through
+	// Not limited either: the scraper must always get through.
+	e.GET("/metrics", echo.WrapHandler(metrics))
 
 	// Echo's default error handler renders the limiter's 401 and 429 as
 	// JSON; an app with its own HTTPErrorHandler renders them there.

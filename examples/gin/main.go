@@ -3,12 +3,12 @@
 //	go run ./examples/gin                                      # :8080, memory store
 //	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/gin
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the
-// plan and from the tenant's reports budget, 50 tokens an hour), and
-// GET /healthz is not limited. The tenant is the X-Tenant-ID header: acme is
-// on the enterprise plan, globex on growth, initech on startup, umbrella on
-// trial (a burst of 10 at 5/s and 30 requests a UTC day), anyone else on
-// free.
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the plan
+// and from the tenant's reports budget, 50 tokens an hour), and GET /healthz
+// is not limited, nor GET /metrics (Prometheus). The tenant is the
+// X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
+// initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
+// requests a UTC day), anyone else on free.
 package main
 
 import (
@@ -39,7 +39,7 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	limiter, metrics, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -55,6 +55,8 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	r := gin.New()
 	r.Use(gin.Recovery())
 	r.GET("/healthz", healthz) // not limited: load balancers must always get through
+	// Not limited either: the scraper must always get through.
+	r.GET("/metrics", gin.WrapH(metrics))
 
 	api := r.Group("/api", authenticate)
 	api.GET("/hello", tollgategin.New(limiter, byTenant), hello)

@@ -44,7 +44,7 @@ type traffic struct {
 }
 
 func main() {
-	fw := flag.String("fw", "gin", "example app to run: gin, echo, chi or fiber")
+	fw := flag.String("fw", "gin", "example app to run: gin, echo, chi, fiber, echov5 or fiberv3")
 	n := flag.Int("n", 3, "number of replicas")
 	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis the replicas share")
 	memoryOnly := flag.Bool("memory", false, "run the replicas without Redis, each with its own buckets")
@@ -151,15 +151,6 @@ func resetBuckets(ctx context.Context, opts *redis.Options, mix []traffic) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if !demo.Policies(store) {
-		// A store without Ops keeps each tenant's one bucket under
-		// its key.
-		keys := make([]string, len(mix))
-		for i, m := range mix {
-			keys[i] = store.Key(m.tenant)
-		}
-		return c.Del(ctx, keys...).Err()
-	}
 	plans, err := demo.Plans()
 	if err != nil {
 		return err

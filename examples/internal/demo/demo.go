@@ -1,4 +1,4 @@
-// Package demo is the set-up that the four example apps share and that has
+// Package demo is the set-up that the six example apps share and that has
 // nothing to do with their web framework: the environment they read, the
 // JSON logger, the demo tenants and their plans, the choice between the
 // in-process and the Redis store, and the listening socket.
@@ -12,16 +12,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
 // DefaultAddr is where the apps listen when ADDR is not set.
@@ -125,50 +130,35 @@ func PlanOf(tenant string) (tollgate.Plan, error) {
 	return plans.ResolvePlan(context.Background(), tenant)
 }
 
-// Policies reports whether store can apply plans with several policies
-// (quotas and budgets), which takes a tollgate.MultiStore.
-func Policies(store tollgate.Store) bool {
-	_, ok := store.(tollgate.MultiStore)
-	return ok
-}
-
-// bucketsOnly returns plans without their further policies: each its token
-// bucket alone.
-func bucketsOnly(plans []tollgate.Plan) []tollgate.Plan {
-	out := make([]tollgate.Plan, len(plans))
-	for i, p := range plans {
-		out[i] = tollgate.Plan{Name: p.Name, Limit: p.Limit}
-	}
-	return out
-}
-
-// NewLimiter returns the apps' Limiter and a function that releases what it
-// holds. Buckets live in memory unless cfg.RedisURL is set; then they live
-// in Redis, shared by every replica that uses the same Redis.
+// NewLimiter returns the apps' Limiter, the handler of their GET /metrics,
+// and a function that releases what it holds. Buckets live in memory unless
+// cfg.RedisURL is set; then they live in Redis, shared by every replica
+// that uses the same Redis.
+//
+// /metrics serves the Limiter's decisions (tollgateprom: by plan, policy,
+// route and outcome, never by tenant), the store's figures, and the Go
+// runtime's and the process's metrics, in the Prometheus text format. The
+// demo serves it on the API's port to anyone; a real deployment serves it
+// on an internal port, or behind the scraper's credentials.
 //
 // A Redis that does not answer does not stop the app: it starts, logs a
 // warning, and serves every request without limits (tollgate.FailOpen) and
 // without rate-limit headers, until Redis answers again. Throttled requests
 // are logged on logger as JSON lines.
-func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, func(), error) {
+func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, http.Handler, func(), error) {
 	store, closeStore, err := newStore(ctx, cfg.RedisURL, logger)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	list := PlanList()
-	if !Policies(store) {
-		// A store that keeps one token bucket per tenant can not apply
-		// the trial's daily quota or the reports budget: serve the
-		// plans' buckets, and say so, rather than refuse those
-		// requests.
-		logger.Warn("the store applies a single token bucket per tenant (it is not a tollgate.MultiStore): daily quotas and budgets are off",
-			slog.String("store", fmt.Sprintf("%T", store)))
-		list = bucketsOnly(list)
-	}
-	plans, err := tollgate.NewStaticResolver(list, DefaultPlan, Tenants())
+	plans, err := tollgate.NewStaticResolver(PlanList(), DefaultPlan, Tenants())
 	if err != nil {
 		closeStore()
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	metrics, err := tollgateprom.New(tollgateprom.WithStore(store))
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, err
 	}
 	l, err := tollgate.New(store, plans,
 		// Fail-open is the default; it is spelled out because it is a
@@ -176,15 +166,21 @@ func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate
 		// one that answers nothing. tollgate.FailClosed refuses instead.
 		tollgate.WithFailurePolicy(tollgate.FailOpen),
 		tollgate.WithLogger(logger),
+		tollgate.WithObserver(metrics),
 	)
 	if err != nil {
 		closeStore()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return l, closeStore, nil
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return l, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), closeStore, nil
 }
 
-func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.Store, func(), error) {
+// newStore returns the store of the apps' limits. Both are
+// tollgate.MultiStores, which the trial's daily quota and the reports
+// budget need.
+func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.MultiStore, func(), error) {
 	if redisURL == "" {
 		logger.Info("rate limits kept in memory; each process counts on its own (set REDIS_URL to share them)",
 			slog.String("store", "memory"))

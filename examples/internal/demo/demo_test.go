@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/memory"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -120,7 +120,7 @@ func TestParseRedisURLHidesCredentials(t *testing.T) {
 // TestNewLimiterHidesCredentials: the error that an app logs when it
 // exits does not show the password either.
 func TestNewLimiterHidesCredentials(t *testing.T) {
-	_, _, err := NewLimiter(context.Background(), Config{RedisURL: "redis://user:secret@host:notaport/0"}, slog.New(slog.DiscardHandler))
+	_, _, _, err := NewLimiter(context.Background(), Config{RedisURL: "redis://user:secret@host:notaport/0"}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("no error for a bad port")
 	}
@@ -129,12 +129,11 @@ func TestNewLimiterHidesCredentials(t *testing.T) {
 	}
 }
 
-// TestPoliciesNeedAMultiStore: with a store that applies one bucket per
-// tenant, the demo serves the plans' buckets and says so; with a
-// tollgate.MultiStore, every policy applies.
-func TestPoliciesNeedAMultiStore(t *testing.T) {
-	logs := &lockedBuffer{}
-	l, closeStore, err := NewLimiter(context.Background(), Config{}, slog.New(slog.NewJSONHandler(logs, nil)))
+// TestEveryPolicyApplies: on the memory store, the apps' default, a
+// trial tenant's report meets the plan's bucket, its daily quota and the
+// reports budget, and takes from each.
+func TestEveryPolicyApplies(t *testing.T) {
+	l, _, closeStore, err := NewLimiter(context.Background(), Config{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,17 +142,13 @@ func TestPoliciesNeedAMultiStore(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatalf("a trial report: %+v, %v; want allowed", d, err)
 	}
-	var names []string
-	for _, p := range d.Policies() {
-		names = append(names, p.Name)
+	var got []string
+	for i, p := range d.Policies() {
+		got = append(got, fmt.Sprintf("%s:%d", p.Name, d.Results()[i].Remaining))
 	}
-	warned := strings.Contains(logs.String(), "not a tollgate.MultiStore")
-	if Policies(memory.New()) {
-		if warned || strings.Join(names, " ") != "trial trial-daily trial-reports" {
-			t.Errorf("memory store: policies %v, warning %v; want all three and none", names, warned)
-		}
-	} else if !warned || strings.Join(names, " ") != "trial" {
-		t.Errorf("memory store without Do: policies %v, warning %v; want the bucket alone and a warning", names, warned)
+	// 10 of the burst of 10, of the 30 a day, of the 50 report tokens.
+	if want := "trial:0 trial-daily:20 trial-reports:40"; strings.Join(got, " ") != want {
+		t.Errorf("policies and tokens left %v, want %s", got, want)
 	}
 }
 
@@ -166,7 +161,7 @@ func TestNewLimiterStartsWithRedisDown(t *testing.T) {
 	ln.Close()
 	// go-redis goes on dialling, and logging, in goroutines of its own.
 	logs := &lockedBuffer{}
-	l, closeStore, err := NewLimiter(context.Background(), Config{RedisURL: url}, slog.New(slog.NewJSONHandler(logs, nil)))
+	l, _, closeStore, err := NewLimiter(context.Background(), Config{RedisURL: url}, slog.New(slog.NewJSONHandler(logs, nil)))
 	if err != nil {
 		t.Fatalf("NewLimiter with Redis down: %v; want a limiter that fails open", err)
 	}

@@ -28,7 +28,7 @@ import (
 const Module = "github.com/tollgate-go/tollgate/examples"
 
 // Frameworks lists the example apps, by directory name.
-var Frameworks = []string{"gin", "echo", "chi", "fiber"}
+var Frameworks = []string{"gin", "echo", "chi", "fiber", "echov5", "fiberv3"}
 
 // Build compiles the example apps named by fws (directory names such as
 // "gin") into dir and returns the path of each binary by name. It runs the
@@ -150,6 +150,16 @@ func (a *App) waitHealthy(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Command returns a command that runs name with args, as Start runs an
+// app: on Linux the kernel kills its process if this one dies first, and
+// the process is killed (by its own PID) when ctx is done. The worker demo
+// runs its worker processes with it.
+func Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	setProcAttr(cmd)
+	return cmd
 }
 
 // PID returns the app's process ID.

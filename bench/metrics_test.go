@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storetest"
+	tollgateotel "github.com/tollgate-go/tollgate/otel"
+	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// metricsTenants and metricsRoutes are the requests of BenchmarkMetrics:
+// 1,000 tenants on four plans, over four routes, so 16 label sets.
+const metricsTenants = 1000
+
+var metricsRoutes = []string{"GET /api/hello", "POST /api/reports", "GET /api/users/{id}", "DELETE /api/users/{id}"}
+
+// metricsPlans are the default plans' names with limits no request reaches,
+// so that every decision is allowed (the path that counts the most: the
+// decision, its tokens and the store latency).
+func metricsPlans(b *testing.B) tollgate.PlanResolver {
+	names := []string{"free", "startup", "growth", "enterprise"}
+	var plans []tollgate.Plan
+	for _, n := range names {
+		plans = append(plans, tollgate.Plan{Name: n, Limit: tollgate.Limit{Rate: 1e6, Burst: 1e9}})
+	}
+	tenants := map[string]string{}
+	for i := range metricsTenants {
+		tenants[fmt.Sprint("tenant-", i)] = names[i%len(names)]
+	}
+	r, err := tollgate.NewStaticResolver(plans, "free", tenants)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// metricsObservers are the cases of BenchmarkMetrics: no observer; an
+// observer that does nothing (what the engine spends on observing at all:
+// building the Observation and reading the clock after the store); the
+// Prometheus Collector; promvec, the same three counts kept the usual way
+// with the Prometheus client (CounterVec.WithLabelValues and
+// Histogram.Observe per decision); tollgateotel on the OpenTelemetry SDK (a
+// MeterProvider with a reader, as an application has); and the same with a
+// View that drops the store latency histogram, the one instrument whose
+// cost is the SDK's on every decision.
+var metricsObservers = []struct {
+	name string
+	make func(b *testing.B) tollgate.Observer
+}{
+	{"none", func(*testing.B) tollgate.Observer { return nil }},
+	{"nop", func(*testing.B) tollgate.Observer { return nopObserver{} }},
+	{"prometheus", func(b *testing.B) tollgate.Observer {
+		c, err := tollgateprom.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}},
+	{"promvec", func(*testing.B) tollgate.Observer { return newVecObserver() }},
+	{"otel", func(b *testing.B) tollgate.Observer {
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		b.Cleanup(func() { mp.Shutdown(context.Background()) })
+		m, err := tollgateotel.New(tollgateotel.WithMeterProvider(mp))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		return m
+	}},
+	{"otel-nolatency", func(b *testing.B) tollgate.Observer {
+		drop := sdkmetric.NewView(sdkmetric.Instrument{Name: "tollgate.store.latency"}, sdkmetric.Stream{Aggregation: sdkmetric.AggregationDrop{}})
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()), sdkmetric.WithView(drop))
+		b.Cleanup(func() { mp.Shutdown(context.Background()) })
+		m, err := tollgateotel.New(tollgateotel.WithMeterProvider(mp))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		return m
+	}},
+}
+
+// vecObserver is what an application would write on its own with the
+// Prometheus client: labelled vectors looked up per decision.
+type vecObserver struct {
+	decisions *prometheus.CounterVec
+	tokens    *prometheus.CounterVec
+	latency   prometheus.Histogram
+}
+
+func newVecObserver() *vecObserver {
+	return &vecObserver{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "decisions_total"}, []string{"plan", "policy", "route", "outcome"}),
+		tokens:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokens_total"}, []string{"plan", "route"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "latency_seconds",
+			Buckets: []float64{25e-6, 50e-6, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, .01, .025, .05, .1}}),
+	}
+}
+
+func (v *vecObserver) Observe(_ context.Context, o tollgate.Observation) {
+	v.decisions.WithLabelValues(o.Plan, o.Policy, o.Route, o.Outcome.String()).Inc()
+	if o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed {
+		v.tokens.WithLabelValues(o.Plan, o.Route).Add(float64(o.Cost))
+	}
+	v.latency.Observe(o.StoreLatency.Seconds())
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(context.Context, tollgate.Observation) {}
+
+// BenchmarkMetrics measures what the metrics modules add to a decision:
+// Limiter.Decide on allowed requests of 1,000 tenants on four plans over
+// four routes, with each observer of metricsObservers, so that `benchstat
+// -col /metrics` sets them side by side. The budget is 50 ns and 0
+// allocations over metrics=none.
+//
+//   - store=memory: the in-process store (a plain Store: one policy).
+//   - store=model: storetest.ModelStore, the reference MultiStore (a mutex and a
+//     map: slow, so the observers' share is smaller).
+//   - case=serial: one goroutine; case=parallel: GOMAXPROCS goroutines,
+//     each walking the requests from its own random start, all counting
+//     into the same counters.
+func BenchmarkMetrics(b *testing.B) {
+	stores := []struct {
+		name string
+		make func(b *testing.B) tollgate.Store
+	}{
+		{"memory", func(b *testing.B) tollgate.Store {
+			s := memory.New()
+			b.Cleanup(func() { s.Close() })
+			return s
+		}},
+		{"model", func(*testing.B) tollgate.Store { return storetest.NewModelStore(storetest.NewClock().Now) }},
+	}
+	reqs := make([]tollgate.Request, metricsTenants)
+	for i := range reqs {
+		reqs[i] = tollgate.Request{Tenant: fmt.Sprint("tenant-", i), Method: "GET", Route: metricsRoutes[i%len(metricsRoutes)]}
+	}
+	for _, st := range stores {
+		for _, mode := range []string{"serial", "parallel"} {
+			for _, ob := range metricsObservers {
+				b.Run(fmt.Sprintf("store=%s/case=%s/metrics=%s", st.name, mode, ob.name), func(b *testing.B) {
+					opts := []tollgate.Option{tollgate.WithLogger(nil)}
+					if o := ob.make(b); o != nil {
+						opts = append(opts, tollgate.WithObserver(o))
+					}
+					l, err := tollgate.New(st.make(b), metricsPlans(b), opts...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ctx := context.Background()
+					var d tollgate.Decision
+					for i := range reqs { // every tenant and label set seen once
+						l.Decide(ctx, &reqs[i], &d)
+					}
+					var denied atomic.Int64
+					b.ReportAllocs()
+					b.ResetTimer()
+					cpu := cpuTime()
+					if mode == "serial" {
+						i := 0
+						for range b.N {
+							if l.Decide(ctx, &reqs[i], &d); !d.Allowed {
+								denied.Add(1)
+							}
+							if i++; i == len(reqs) {
+								i = 0
+							}
+						}
+					} else {
+						b.RunParallel(func(pb *testing.PB) {
+							var d tollgate.Decision
+							i, n := rand.IntN(len(reqs)), int64(0)
+							req := make([]tollgate.Request, len(reqs)) // Decide may write the route back
+							copy(req, reqs)
+							for pb.Next() {
+								if l.Decide(ctx, &req[i], &d); !d.Allowed {
+									n++
+								}
+								if i++; i == len(req) {
+									i = 0
+								}
+							}
+							denied.Add(n)
+						})
+					}
+					reportCPU(b, cpu)
+					if n := denied.Load(); n > 0 {
+						b.Fatalf("%d of %d decisions denied; the plans must allow all", n, b.N)
+					}
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,18 @@
+package memory_test
+
+import (
+	"testing"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storetest"
+)
+
+// TestWait runs the kit's checks of Limiter.Wait with
+// storetest.WaitCallers goroutines on one Store, on its own clock: they are
+// served at the plan's rate, in the order they arrived.
+func TestWait(t *testing.T) {
+	store := memory.New()
+	t.Cleanup(func() { _ = store.Close() })
+	storetest.RunWait(t, []tollgate.MultiStore{store})
+}

@@ -1,0 +1,264 @@
+package tollgateechov5
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v5"
+	"github.com/labstack/echo/v5/middleware"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+)
+
+// Config configures the middleware. Zero fields take the value of
+// DefaultConfig; Limiter is required. A Config is read once, when the
+// middleware is made.
+type Config struct {
+	// Skipper exempts a request from limiting: it reaches the next handler
+	// without rate-limit headers and takes no tokens.
+	Skipper middleware.Skipper
+
+	// Limiter decides on every request that is not skipped.
+	Limiter *tollgate.Limiter
+
+	// Tenant finds the tenant of a request (default: the
+	// tollgatehttp.DefaultTenantHeader header). It should come from the
+	// authenticated principal, as TenantFromContext reads it: a bare
+	// header lets any client spend any tenant's budget.
+	Tenant func(c *echo.Context) string
+
+	// Cost is the tokens each request takes; < 1 means 1. Register a
+	// separate middleware on the routes that cost more.
+	Cost int64
+
+	// CostFunc, if set, gives the tokens each request takes instead of
+	// Cost; a result < 1 counts as 1.
+	CostFunc func(c *echo.Context) int64
+
+	// Route names the route in events, logs and metrics (default:
+	// c.Path(), the route pattern Echo matched).
+	Route func(c *echo.Context) string
+
+	// Budget, if set, makes every request also draw from the budget of
+	// that name in its tenant's plan (see tollgate.Policy).
+	Budget string
+
+	// MaxDelay, if > 0, holds a request that its tenant's policies would
+	// allow within MaxDelay and then serves it, instead of answering 429:
+	// a client slightly over its rate is slowed down rather than
+	// bounced. A request that would wait longer is answered at once. See
+	// tollgatehttp.Spec.MaxDelay.
+	MaxDelay time.Duration
+
+	// MaxHeld bounds the requests of one tenant held at once under
+	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
+	// is answered at once.
+	MaxHeld int
+
+	// DenyHandler, if set, answers a denied request instead of the
+	// default *Error carrying tollgatehttp.DenialStatus and DenialBody.
+	// The rate-limit headers, Retry-After included, are set when it is
+	// called. It writes a response or returns an error for the
+	// HTTPErrorHandler.
+	DenyHandler func(c *echo.Context, d tollgate.Decision) error
+
+	// MissingTenantHandler, if set, answers a request without a tenant
+	// instead of the default *Error 401 carrying
+	// tollgatehttp.MissingTenantBody. Returning next(c) lets the request
+	// through unlimited.
+	MissingTenantHandler func(c *echo.Context, next echo.HandlerFunc) error
+}
+
+// DefaultConfig holds the values that zero Config fields take: no request
+// skipped, the tenant from the X-Tenant-ID header, a cost of 1, the route
+// from c.Path(), and no request held (MaxDelay 0).
+var DefaultConfig = Config{
+	Skipper: middleware.DefaultSkipper,
+	Cost:    1,
+}
+
+// Middleware returns middleware that limits each request with l, configured
+// otherwise by DefaultConfig.
+func Middleware(l *tollgate.Limiter) echo.MiddlewareFunc {
+	c := DefaultConfig
+	c.Limiter = l
+	return MiddlewareWithConfig(c)
+}
+
+// MiddlewareWithConfig returns middleware configured by cfg.
+//
+// Unlike Echo's own middleware it does not panic on an invalid cfg (a nil
+// Limiter, an invalid Budget name): it logs the mistake at once, on slog's
+// default logger, and the middleware it returns fails every request with a
+// 500 *Error whose Internal error names the mistake. Use Config.ToMiddleware
+// to get the error instead.
+func MiddlewareWithConfig(cfg Config) echo.MiddlewareFunc {
+	mw, err := cfg.ToMiddleware()
+	if err != nil {
+		return misconfigured(err)
+	}
+	return mw
+}
+
+// framework tells tollgatehttp how to read an Echo request. Build asks for
+// the default tenant header by its canonical name, which Header.Get finds
+// without allocating.
+var framework = tollgatehttp.Framework[*echo.Context]{
+	Context: func(c *echo.Context) context.Context { return c.Request().Context() },
+	Method:  func(c *echo.Context) string { return c.Request().Method },
+	Header:  func(c *echo.Context, name string) string { return c.Request().Header.Get(name) },
+	Route:   (*echo.Context).Path,
+}
+
+// ToMiddleware returns middleware configured by c, or an error if c can not
+// work. The Limiter's store is called with c.Request().Context().
+func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
+	h, err := tollgatehttp.Build(tollgatehttp.Spec[*echo.Context]{
+		Limiter:  c.Limiter,
+		Tenant:   c.Tenant,
+		Cost:     c.Cost,
+		CostFunc: c.CostFunc,
+		Skip:     c.Skipper,
+		Route:    c.Route,
+		Budget:   c.Budget,
+		MaxDelay: c.MaxDelay,
+		MaxHeld:  c.MaxHeld,
+	}, framework)
+	if err != nil {
+		return nil, err
+	}
+	m := &limiter{cfg: c, h: h}
+	return m.wrap, nil
+}
+
+type limiter struct {
+	cfg Config
+	h   *tollgatehttp.Handler[*echo.Context]
+}
+
+func (m *limiter) wrap(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		return m.serve(c, next)
+	}
+}
+
+func (m *limiter) serve(c *echo.Context, next echo.HandlerFunc) error {
+	var a tollgatehttp.Answer
+	if !m.h.Decide(c, &a) {
+		return next(c)
+	}
+	// Set before any answer, so that they reach the client whether the
+	// handler or the error handler writes the response; straight into the
+	// header map, as the names are canonical already.
+	h := c.Response().Header()
+	tollgatehttp.WriteHeaders(h, &a.Decision)
+	if a.Status == 0 {
+		return next(c)
+	}
+	switch {
+	case a.Denied() && m.cfg.DenyHandler != nil:
+		return m.cfg.DenyHandler(c, a.Decision)
+	case a.MissingTenant() && m.cfg.MissingTenantHandler != nil:
+		return m.cfg.MissingTenantHandler(c, next)
+	}
+	// The error handler renders the body; the header keeps browsers from
+	// sniffing it as anything but JSON, as the other adapters' answers do.
+	h["X-Content-Type-Options"] = nosniff
+	return &Error{Code: a.Status, Body: a.Body}
+}
+
+var nosniff = []string{"nosniff"}
+
+// An Error is what the middleware returns instead of calling the next
+// handler when it answers a request itself: a denial, a request without a
+// tenant or with an invalid one, or a misconfiguration. The application's
+// HTTPErrorHandler renders it; errors.As finds it for handlers of their
+// own. The rate-limit headers are set on the response before it is
+// returned.
+type Error struct {
+	Code     int                       // the HTTP status: 429, 503, 401, 400 or 500
+	Body     tollgatehttp.ResponseBody // what to send; never internal error text
+	Internal error                     // the configuration mistake of a 500, for logs; nil otherwise
+}
+
+// Error describes e for logs, with the Internal error if there is one.
+func (e *Error) Error() string {
+	s := "tollgate: " + strconv.Itoa(e.Code) + " " + e.Body.Error + ": " + e.Body.Message
+	if e.Internal != nil {
+		s += ": " + e.Internal.Error()
+	}
+	return s
+}
+
+// StatusCode returns e.Code, for echo.HTTPStatusCoder.
+func (e *Error) StatusCode() int { return e.Code }
+
+// Unwrap returns e.Internal.
+func (e *Error) Unwrap() error { return e.Internal }
+
+// MarshalJSON returns e.Body as JSON, which is how the default error
+// handler sends e.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	b := e.Body.AppendJSON(make([]byte, 0, 160))
+	return b[:len(b)-1], nil // less AppendJSON's newline
+}
+
+// ProblemError returns e as an RFC 9457 problem, for
+// echo.ProblemDetailsHTTPErrorHandler: the status and, as the detail, the
+// body's message.
+func (e *Error) ProblemError() *echo.ProblemError {
+	return &echo.ProblemError{Status: e.Code, Detail: e.Body.Message}
+}
+
+// TenantFromHeader returns a tenant function for Config.Tenant that reads
+// the request header name. Use it only behind a gateway that sets the header
+// from the authenticated principal.
+func TenantFromHeader(name string) func(*echo.Context) string {
+	key := http.CanonicalHeaderKey(name)
+	return func(c *echo.Context) string {
+		// Indexing the map with the canonical key saves the
+		// canonicalisation that Header.Get repeats on every call.
+		if v := c.Request().Header[key]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+}
+
+// TenantFromContext returns a tenant function for Config.Tenant that reads
+// the value the application's authentication middleware stored with
+// c.Set(key, value). The value must be a string or a fmt.Stringer; anything
+// else, or no value, is a missing tenant. Register the authentication
+// middleware before the limiter.
+func TenantFromContext(key string) func(*echo.Context) string {
+	return func(c *echo.Context) string {
+		return tollgatehttp.TenantString(c.Get(key))
+	}
+}
+
+// TenantFromClientIP returns a tenant function for Config.Tenant that keys
+// each request by its client address, grouped by tollgatehttp.IPKey (an
+// IPv6 client by its /64). The address is the TCP peer's unless the peer is
+// one of trustedProxies: only then are X-Forwarded-For and X-Real-IP
+// believed, read from the right (see tollgatehttp.ClientIP). It ignores the
+// Echo instance's IPExtractor.
+func TenantFromClientIP(trustedProxies ...netip.Prefix) func(*echo.Context) string {
+	tenant := tollgatehttp.TenantFromClientIP(trustedProxies...)
+	return func(c *echo.Context) string { return tenant(c.Request()) }
+}
+
+// misconfigured logs err now and returns middleware that fails every
+// request with 500, so that a configuration mistake is loud at start-up and
+// in the first test without crashing the process.
+func misconfigured(err error) echo.MiddlewareFunc {
+	tollgatehttp.LogMisconfiguration(err)
+	return func(echo.HandlerFunc) echo.HandlerFunc {
+		return func(*echo.Context) error {
+			return &Error{Code: http.StatusInternalServerError, Body: tollgatehttp.InternalErrorBody, Internal: err}
+		}
+	}
+}

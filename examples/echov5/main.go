@@ -1,0 +1,129 @@
+// Command echov5 is the tollgate example API on Echo v5.
+//
+//	go run ./examples/echov5                                   # :8080, memory store
+//	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echov5
+//
+// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the plan
+// and from the tenant's reports budget, 50 tokens an hour), and GET /healthz
+// is not limited, nor GET /metrics (Prometheus). The tenant is the
+// X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
+// initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
+// requests a UTC day), anyone else on free.
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v5"
+	"github.com/labstack/echo/v5/middleware"
+
+	tollgateechov5 "github.com/tollgate-go/tollgate/echov5"
+	"github.com/tollgate-go/tollgate/examples/internal/demo"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := demo.NewLogger()
+	if err := run(ctx, logger); err != nil {
+		logger.Error("exiting", slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, logger *slog.Logger) error {
+	cfg := demo.ConfigFromEnv()
+	limiter, metrics, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	// The limiter reads the tenant that authentication stored, so the
+	// budget spent is always the caller's own. ToMiddleware reports a bad
+	// Config at start-up rather than on every request.
+	limit := tollgateechov5.Config{Limiter: limiter, Tenant: tollgateechov5.TenantFromContext(tenantKey)}
+	limitHello, err := limit.ToMiddleware()
+	if err != nil {
+		return err
+	}
+	limit.Cost, limit.Budget = demo.ReportCost, demo.ReportsBudget
+	limitReports, err := limit.ToMiddleware()
+	if err != nil {
+		return err
+	}
+
+	e := echo.New()
+	e.Logger = logger
+	e.Use(middleware.Recover())
+	e.GET("/healthz", healthz) // not limited: load balancers must always get through
+	// Not limited either: the scraper must always get through.
+	e.GET("/metrics", echo.WrapHandler(metrics))
+
+	// Echo's default error handler renders the limiter's 401 and 429 as
+	// JSON; an app with its own HTTPErrorHandler finds them there as
+	// *tollgateechov5.Error.
+	api := e.Group("/api", authenticate)
+	api.GET("/hello", hello, limitHello)
+	api.POST("/reports", createReport, limitReports)
+
+	ln, err := demo.Listen(cfg.Addr, logger)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// tenantKey is where authenticate stores the tenant in the echo.Context.
+const tenantKey = "tenant"
+
+// authenticate stands in for the app's authentication. A real one verifies
+// a token or session and stores the tenant of the authenticated principal;
+// this one trusts the X-Tenant-ID header as it is. A request without a
+// tenant goes on with none, and the limiter answers it 401.
+func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		if tenant := c.Request().Header.Get(demo.TenantHeader); tenant != "" {
+			c.Set(tenantKey, tenant)
+		}
+		return next(c)
+	}
+}
+
+func healthz(c *echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func hello(c *echo.Context) error {
+	tenant, _ := c.Get(tenantKey).(string)
+	return c.JSON(http.StatusOK, map[string]string{"message": "hello, " + tenant})
+}
+
+// createReport stands in for expensive work, which is why it costs 10
+// tokens and draws from a budget of its own: a tenant can not spend its
+// whole plan on reports.
+func createReport(c *echo.Context) error {
+	tenant, _ := c.Get(tenantKey).(string)
+	return c.JSON(http.StatusAccepted, map[string]string{"status": "queued", "tenant": tenant})
+}

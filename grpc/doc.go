@@ -1,0 +1,58 @@
+// Package tollgategrpc limits the calls to a gRPC server per tenant with a
+// tollgate.Limiter.
+//
+// UnaryServerInterceptor and StreamServerInterceptor return interceptors to
+// install with grpc.ChainUnaryInterceptor and grpc.ChainStreamInterceptor,
+// after the application's authentication:
+//
+//	limit := []tollgategrpc.Option{
+//		tollgategrpc.WithTenant(tollgategrpc.TenantFromContext(tenantKey{})),
+//		tollgategrpc.WithMethodCosts(map[string]int64{"/reports.v1.Reports/Create": 10}),
+//	}
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(authUnary, tollgategrpc.UnaryServerInterceptor(limiter, limit...)),
+//		grpc.ChainStreamInterceptor(authStream, tollgategrpc.StreamServerInterceptor(limiter, limit...)),
+//	)
+//
+// A unary call is limited before its handler runs. A stream is limited once,
+// when it opens, at the cost of its method: the messages sent on it later
+// take nothing, so a long-lived stream should cost what it is worth.
+//
+// The route of a call, in events, logs and metrics, is its full method name
+// ("/reports.v1.Reports/Create"); the default tenant is the incoming
+// metadata key x-tenant-id (tollgatehttp.DefaultTenantHeader, lower-cased,
+// as gRPC keys are). The options mean what the fields of tollgatehttp.Spec
+// say, as in every tollgate adapter, and may come in any order.
+//
+// # Answers
+//
+// Every limited call, allowed or refused, carries the rate-limit fields of
+// the HTTP adapters as response header metadata, under lower-case keys and
+// with the same values: x-ratelimit-limit, x-ratelimit-remaining,
+// x-ratelimit-reset, ratelimit-policy, ratelimit, and retry-after on a
+// denial (see tollgatehttp.WriteHeaders). A refused call ends with a status
+// instead of reaching its handler:
+//
+//   - codes.ResourceExhausted when a policy of the tenant's plan is
+//     exhausted, with a google.rpc.RetryInfo detail whose retry delay is
+//     retry-after's whole seconds, and a message naming the policy;
+//   - codes.Unavailable when the store is down under tollgate.FailClosed;
+//   - codes.Unauthenticated when the call has no tenant;
+//   - codes.InvalidArgument when its tenant ID is longer than
+//     tollgate.MaxTenantLength;
+//   - codes.Internal when the interceptor or the Limiter is misconfigured
+//     (a nil Limiter, a cost above a plan's burst): the cause is logged,
+//     never sent.
+//
+// A call let through because the store failed (tollgate.FailOpen) carries no
+// rate-limit metadata, as any figure would be made up.
+//
+// # Holding calls
+//
+// With WithMaxDelay, a call a little over its tenant's rate is held before
+// its handler runs, on the goroutine gRPC gave it, until its tokens are
+// due, and then served, as the HTTP adapters hold requests: callers that
+// would retry a ResourceExhausted anyway are paced instead. A call is
+// never held past its own deadline (it is refused at once when its turn
+// comes later), and a call cancelled while held gives its tokens back.
+package tollgategrpc
