@@ -80,6 +80,7 @@ require (
 	github.com/tollgate-go/tollgate/fiberv3 v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
 	github.com/tollgate-go/tollgate/grpc v0.0.0
+	github.com/tollgate-go/tollgate/insights v0.0.0
 	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	github.com/tollgate-go/tollgate/otel v0.0.0
 	github.com/tollgate-go/tollgate/prometheus v0.0.0
@@ -118,6 +119,8 @@ replace github.com/tollgate-go/tollgate/echov5 => ../echov5
 replace github.com/tollgate-go/tollgate/fiberv3 => ../fiberv3
 
 replace github.com/tollgate-go/tollgate/grpc => ../grpc
+
+replace github.com/tollgate-go/tollgate/insights => ../insights
 
 replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
 

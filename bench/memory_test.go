@@ -376,99 +376,161 @@ func BenchmarkMemoryZipf(b *testing.B) {
 	}
 }
 
-// memPairedBlock is the number of requests BenchmarkMemorySerialPaired
-// times in one go: short enough (5 to 70 µs) that most blocks run without
-// being descheduled on a busy machine.
-const memPairedBlock = 256
+// memPairedBlock is the number of requests the paired benchmarks time in
+// one go: short enough (5 to 70 µs) that most blocks run without being
+// descheduled on a busy machine. A library's turn is memPairedTurn blocks in
+// a row, of which the first, run with caches that the other libraries
+// filled, is not counted.
+const (
+	memPairedBlock = 256
+	memPairedTurn  = 8
+)
 
 // BenchmarkMemorySerialPaired is BenchmarkMemory's hotkey-serial and a
-// serial walk over its 10,000 keys, with every library in turn within each
-// iteration (the order rotating), so that all of them run under the same
-// load. An iteration is a block of memPairedBlock requests per library; each
-// library's metric <case>-<lib>-ns/op is its median over the blocks of the
-// wall time per request, which a preempted block does not move.
+// serial walk over its 10,000 keys, timed as memPairedSerial times its
+// cases.
 func BenchmarkMemorySerialPaired(b *testing.B) {
 	hot := memTenantKeys(1)
 	keys := memTenantKeys(10_000)
-	type contender struct {
-		name    string
-		take    memTakeFunc
-		samples map[string][]float64
-	}
-	var cs []*contender
+	var stores []memNamedTake
 	for _, c := range memContenders {
 		take := openMemStore(b, c, memDrainingLimit)
 		take(hot[0])
 		for _, k := range keys {
 			take(k)
 		}
-		cs = append(cs, &contender{c.name, take, map[string][]float64{}})
+		stores = append(stores, memNamedTake{c.name, take})
 	}
 	hotKey := strings.Clone(hot[0])
 	clones := memCloneKeys(keys)
-	next := 0
+	memPairedSerial(b, stores, []memPairedCase{
+		{"hotkey", func(int, int) string { return hotKey }},
+		{"keys10k", func(_, n int) string { return clones[n%len(clones)] }},
+	})
+}
+
+// memPairedSerial times cases of one goroutine on each store, every store
+// in turn within each iteration (the order rotating), so that all of them
+// run under the same load. A turn is memPairedTurn blocks of memPairedBlock
+// requests per store and case; the metric <case>-<lib>-ns/op is the median
+// over the counted blocks of the wall time per request, which a block that
+// was descheduled does not move.
+func memPairedSerial(b *testing.B, stores []memNamedTake, cases []memPairedCase) {
+	samples := make(map[string][]float64)
 	b.ResetTimer()
 	for i := range b.N {
-		for j := range cs {
-			c := cs[(i+j)%len(cs)]
-			start := time.Now()
-			for range memPairedBlock {
-				c.take(hotKey)
+		for j := range stores {
+			s := stores[(i+j)%len(stores)]
+			for _, c := range cases {
+				for t := range memPairedTurn {
+					from := (i*memPairedTurn + t) * memPairedBlock
+					start := time.Now()
+					for n := range memPairedBlock {
+						s.take(c.key(0, from+n))
+					}
+					if t > 0 {
+						samples[c.name+"-"+s.name] = append(samples[c.name+"-"+s.name], float64(time.Since(start))/memPairedBlock)
+					}
+				}
 			}
-			c.samples["hotkey"] = append(c.samples["hotkey"], float64(time.Since(start))/memPairedBlock)
-			start = time.Now()
-			for n := range memPairedBlock {
-				c.take(clones[(next+n)%len(clones)])
-			}
-			c.samples["keys10k"] = append(c.samples["keys10k"], float64(time.Since(start))/memPairedBlock)
 		}
-		next = (next + memPairedBlock) % len(clones)
 	}
 	b.StopTimer()
-	for _, c := range cs {
-		for _, cs := range []string{"hotkey", "keys10k"} {
-			v := c.samples[cs]
-			slices.Sort(v)
-			b.ReportMetric(v[len(v)/2], cs+"-"+c.name+"-ns/op")
-		}
+	memReportMedians(b, samples)
+}
+
+// memReportMedians reports the median of each named sample as name-ns/op.
+func memReportMedians(b *testing.B, samples map[string][]float64) {
+	for name, v := range samples {
+		slices.Sort(v)
+		b.ReportMetric(v[len(v)/2], name+"-ns/op")
 	}
 }
 
 // BenchmarkMemoryParallelPaired is BenchmarkMemory's hotkey-parallel and
 // keys10k-parallel for a machine shared with other work, where the two
-// goroutines of a RunParallel seldom hold both cores at once. Two workers
-// take turns over the libraries (the order rotating), both starting a block
-// of memPairedBlock requests at the same moment from a spinning barrier; a
-// block counts only if each worker's part overlapped the other's for at
-// least nine tenths of its time, that is if both ran at once. A block's
-// figure is its wall time over the requests of both workers, as ns/op in
-// RunParallel; the metric <case>-<lib>-ns/op is the median over the blocks
-// that counted, and blocks-counted says how many did per library and case.
+// goroutines of a RunParallel seldom hold both cores at once; see
+// memPairedParallel.
 func BenchmarkMemoryParallelPaired(b *testing.B) {
-	const workers = 2
 	hot := memTenantKeys(1)
 	keys := memTenantKeys(10_000)
-	type contender struct {
-		name    string
-		take    memTakeFunc
-		samples map[string][]float64
-	}
-	var cs []*contender
+	var stores []memNamedTake
 	for _, c := range memContenders {
 		take := openMemStore(b, c, memDrainingLimit)
 		take(hot[0])
 		for _, k := range keys {
 			take(k)
 		}
-		cs = append(cs, &contender{c.name, take, map[string][]float64{}})
+		stores = append(stores, memNamedTake{c.name, take})
 	}
-	hotKeys := []string{strings.Clone(hot[0]), strings.Clone(hot[0])}
+	hotKey := strings.Clone(hot[0])
 	clones := memCloneKeys(keys)
+	memPairedParallel(b, stores, []memPairedCase{
+		{"hotkey", func(int, int) string { return hotKey }},
+		// The workers walk all keys half the keys apart.
+		{"keys10k", func(w, n int) string { return clones[(n+w*len(clones)/2)%len(clones)] }},
+	})
+}
+
+// BenchmarkMemoryZipfPaired is BenchmarkMemoryZipf's traffic from one
+// goroutine, timed as memPairedSerial times its cases, every library's
+// store filled with the 1,000,000 tenants at once. (Its two-goroutine form
+// seldom gets both cores for a block of such slow requests on a busy
+// machine.)
+func BenchmarkMemoryZipfPaired(b *testing.B) {
+	keys := memTenantKeys(memZipfKeys)
+	zipf := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), memZipfExponent, 1, memZipfKeys-1)
+	seq := make([]int32, 1<<22)
+	for i := range seq {
+		seq[i] = int32(zipf.Uint64())
+	}
+	var stores []memNamedTake
+	for _, c := range memContenders {
+		s := c.open(b, memZipfLimit, 2*memZipfKeys)
+		if s.close != nil {
+			b.Cleanup(s.close)
+		}
+		for _, k := range keys {
+			s.take(k)
+		}
+		stores = append(stores, memNamedTake{c.name, s.take})
+	}
+	clones := memCloneKeys(keys)
+	memPairedSerial(b, stores, []memPairedCase{
+		{"keys1M-zipf", func(_, n int) string { return clones[seq[n%len(seq)]] }},
+	})
+}
+
+// A memNamedTake is one library's take function.
+type memNamedTake struct {
+	name string
+	take memTakeFunc
+}
+
+// A memPairedCase names a case of memPairedParallel and gives the key of
+// the nth request of worker w.
+type memPairedCase struct {
+	name string
+	key  func(w, n int) string
+}
+
+// memPairedParallel times cases of two workers on each store. The workers
+// take turns over the stores (the order rotating), both starting each block
+// of memPairedBlock requests at the same moment from a spinning barrier; a
+// block counts only if it is not the first of its turn and each worker's
+// part overlapped the other's for at least nine tenths of its time, that is
+// if both ran at once. A block's
+// figure is its wall time over the requests of both workers, as ns/op in
+// RunParallel; the metric <case>-<lib>-ns/op is the median over the blocks
+// that counted, and blocks-counted the mean count per library and case.
+func memPairedParallel(b *testing.B, stores []memNamedTake, cases []memPairedCase) {
+	const workers = 2
 	var (
 		gen, done atomic.Int64
 		job       struct {
 			take memTakeFunc
-			keys [workers]func(n int) string
+			key  func(w, n int) string
+			from int
 		}
 		spans [workers][2]int64
 		quit  atomic.Bool
@@ -487,18 +549,19 @@ func BenchmarkMemoryParallelPaired(b *testing.B) {
 					runtime.Gosched()
 				}
 				seen = gen.Load()
-				take, key := job.take, job.keys[w]
+				take, key, from := job.take, job.key, job.from
 				start := time.Now()
 				for n := range memPairedBlock {
-					take(key(n))
+					take(key(w, from+n))
 				}
 				spans[w] = [2]int64{start.UnixNano(), time.Now().UnixNano()}
 				done.Add(1)
 			}
 		}()
 	}
-	run := func(take memTakeFunc, keys [workers]func(int) string) (float64, bool) {
-		job.take, job.keys = take, keys
+	// run times one block and reports its figure, if it counts.
+	run := func(take memTakeFunc, key func(w, n int) string, from int) (float64, bool) {
+		job.take, job.key, job.from = take, key, from
 		done.Store(0)
 		gen.Add(1)
 		for done.Load() < workers {
@@ -513,28 +576,19 @@ func BenchmarkMemoryParallelPaired(b *testing.B) {
 		whole := max(spans[0][1], spans[1][1]) - min(spans[0][0], spans[1][0])
 		return float64(whole) / (workers * memPairedBlock), true
 	}
-	offset := [workers]int{0, len(clones) / 2}
+	samples := make(map[string][]float64)
 	b.ResetTimer()
 	for i := range b.N {
-		for j := range cs {
-			c := cs[(i+j)%len(cs)]
-			hotKey := [workers]func(int) string{
-				func(int) string { return hotKeys[0] },
-				func(int) string { return hotKeys[1] },
+		for j := range stores {
+			s := stores[(i+j)%len(stores)]
+			for _, c := range cases {
+				for t := range memPairedTurn {
+					v, ok := run(s.take, c.key, (i*memPairedTurn+t)*memPairedBlock)
+					if ok && t > 0 {
+						samples[c.name+"-"+s.name] = append(samples[c.name+"-"+s.name], v)
+					}
+				}
 			}
-			if v, ok := run(c.take, hotKey); ok {
-				c.samples["hotkey"] = append(c.samples["hotkey"], v)
-			}
-			walk := [workers]func(int) string{
-				func(n int) string { return clones[(offset[0]+n)%len(clones)] },
-				func(n int) string { return clones[(offset[1]+n)%len(clones)] },
-			}
-			if v, ok := run(c.take, walk); ok {
-				c.samples["keys10k"] = append(c.samples["keys10k"], v)
-			}
-		}
-		for w := range offset {
-			offset[w] = (offset[w] + memPairedBlock) % len(clones)
 		}
 	}
 	b.StopTimer()
@@ -542,18 +596,11 @@ func BenchmarkMemoryParallelPaired(b *testing.B) {
 	gen.Add(1)
 	wg.Wait()
 	counted := 0
-	for _, c := range cs {
-		for _, cs := range []string{"hotkey", "keys10k"} {
-			v := c.samples[cs]
-			counted += len(v)
-			if len(v) == 0 {
-				continue
-			}
-			slices.Sort(v)
-			b.ReportMetric(v[len(v)/2], cs+"-"+c.name+"-ns/op")
-		}
+	for _, v := range samples {
+		counted += len(v)
 	}
-	b.ReportMetric(float64(counted)/float64(2*len(cs)), "blocks-counted")
+	memReportMedians(b, samples)
+	b.ReportMetric(float64(counted)/float64(len(stores)*len(cases)), "blocks-counted")
 }
 
 // memHeapKeys is the number of distinct keys BenchmarkMemoryHeap tracks.

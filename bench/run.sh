@@ -17,6 +17,7 @@ go test -c -o /tmp/tollgate-bench.test .
 run() { /tmp/tollgate-bench.test -test.run '^$' -test.benchmem "$@"; }
 mkdir -p results
 for f in $SUITES; do : > "results/$f.txt"; done
+if has memory; then : > results/memory-paired.txt; fi
 for i in $(seq "$PASSES"); do
 	echo "pass $i of $PASSES" >&2
 	if has memory; then
@@ -24,6 +25,10 @@ for i in $(seq "$PASSES"); do
 		run -test.bench '^BenchmarkMemoryHeap$' -test.benchtime 1x >> results/memory.txt
 		run -test.bench '^BenchmarkMemoryZipf$' >> results/memory.txt
 		run -test.bench '^BenchmarkMemoryFlood$' -test.benchtime 1x >> results/memory.txt
+		# The same cases timed in short blocks, every library in turn: they
+		# hold still on a machine that other work keeps busy.
+		run -test.bench '^BenchmarkMemory(Serial|Parallel)Paired$' -test.benchtime 300x >> results/memory-paired.txt
+		run -test.bench '^BenchmarkMemoryZipfPaired$' -test.benchtime 50x >> results/memory-paired.txt
 	fi
 	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt; fi
 	if has redis; then run -test.bench '^BenchmarkRedis' >> results/redis.txt; fi
@@ -35,6 +40,10 @@ for f in memory adapters; do
 		"$BENCHSTAT" -col /lib results/$f.txt
 	fi
 done
+if has memory; then
+	echo "== memory, paired"
+	"$BENCHSTAT" results/memory-paired.txt
+fi
 if has wait; then
 	echo "== wait"
 	"$BENCHSTAT" -col /op -filter '.name:Wait' results/wait.txt

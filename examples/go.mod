@@ -70,6 +70,7 @@ require (
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/tollgate-go/tollgate/echov5 v0.0.0
 	github.com/tollgate-go/tollgate/fiberv3 v0.0.0
+	github.com/tollgate-go/tollgate/insights v0.0.0
 	github.com/tollgate-go/tollgate/prometheus v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
@@ -100,5 +101,7 @@ replace (
 replace github.com/tollgate-go/tollgate/echov5 => ../echov5
 
 replace github.com/tollgate-go/tollgate/fiberv3 => ../fiberv3
+
+replace github.com/tollgate-go/tollgate/insights => ../insights
 
 replace github.com/tollgate-go/tollgate/prometheus => ../prometheus

@@ -99,12 +99,14 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 	if b == nil {
 		return tollgate.Result{}, s.unusable()
 	}
+	// The bucket first: its cache line is on its way while the limit is
+	// checked and the clock read.
+	var k lookup
+	b.lookup(&k, key)
 	r, err := newRule(limit, cost)
 	if err != nil {
 		return tollgate.Result{}, err
 	}
-	var k lookup
-	k.set(b.seed, key)
 	var now int64
 	if b.clock.test == nil { // clock.now, which is too large to be inlined
 		now = mono.micros()
@@ -134,7 +136,7 @@ func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost
 		us = b.clock.at(now)
 	}
 	var k lookup
-	k.set(b.seed, key)
+	b.lookup(&k, key)
 	return b.decide(&k, &r, cost, us), nil
 }
 
@@ -176,6 +178,7 @@ func (s *stopper) close() { s.once.Do(func() { close(s.stop) }) }
 // buckets is everything the sweeper needs, kept apart from Store so that a
 // running sweeper does not keep an unreachable Store alive.
 type buckets struct {
+	tables    []atomic.Pointer[table] // shard i's table; what readers go through
 	shards    []shard
 	shardMask uint64
 	seed      uintptr // of the key hash
@@ -202,6 +205,7 @@ func newBuckets(cfg config) *buckets {
 		n *= 2
 	}
 	b := &buckets{
+		tables:    make([]atomic.Pointer[table], n),
 		shards:    make([]shard, n),
 		shardMask: uint64(n - 1),
 		seed:      uintptr(rand.Uint64()),
@@ -214,25 +218,33 @@ func newBuckets(cfg config) *buckets {
 		if i < cfg.maxKeys%n {
 			sh.cap++
 		}
-		sh.table.Store(newTable(minSlots))
+		sh.table = &b.tables[i]
+		sh.table.Store(newTable(minSlots, 0))
 	}
 	return b
 }
 
-// decide takes cost tokens at now from the bucket of k under r: one
-// decision, whichever entry point it came through. The path of a tracked
-// bucket is written out in full (table.find, table.holds and takeFrom, as
-// the slow path calls them): the calls cost a sixth of a Take.
+// lookup makes k the lookup of key: it hashes key, finds the table and the
+// home slot, and asks for the slot's cache line for writing. Read first,
+// the line would come shared from a core that wrote it last, and the
+// compare-and-swap would need a second trip to that core
+// (docs/performance.md).
+func (b *buckets) lookup(k *lookup, key string) {
+	k.set(b.seed, key)
+	k.table = b.tables[k.hash&b.shardMask].Load()
+	k.home = k.table.home(k.meta)
+	prefetchw(unsafe.Pointer(&k.table.slots[k.home]))
+}
+
+// decide takes cost tokens at now from the bucket of k, located, under r:
+// one decision, whichever entry point it came through. The path of a
+// tracked bucket is written out in full (table.find, table.holds and
+// takeFrom, as the slow path calls them): the calls cost a sixth of a Take.
 func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
-	sh := &b.shards[k.hash&b.shardMask]
-	t := sh.table.Load()
+	t := k.table
 	slots := t.slots
 	n := len(slots)
-	i := t.home(k.meta)
-	// Ask for the home slot's line for writing at once: read first, it
-	// would come shared from a core that wrote it last, and the
-	// compare-and-swap would need a second trip (docs/performance.md).
-	prefetchw(unsafe.Pointer(&slots[i]))
+	i := k.home
 	for range n {
 		sl := &slots[i]
 		m := sl.meta.Load()
@@ -278,7 +290,7 @@ func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
 			i = 0
 		}
 	}
-	return sh.takeLocked(b, k, r, cost, now)
+	return b.shards[k.hash&b.shardMask].takeLocked(b, k, r, cost, now)
 }
 
 // takeFrom applies one decision to a tracked bucket. It reports false when

@@ -54,7 +54,7 @@ func (b *buckets) takeMain(op *tollgate.Op, limit tollgate.Limit) error {
 		return err
 	}
 	var k lookup
-	k.set(b.seed, op.Key)
+	b.lookup(&k, op.Key)
 	now := b.clock.opNow(op.Now)
 	res := b.decide(&k, &r, cost, now)
 	op.Allowed, op.Delay = res.Allowed, 0

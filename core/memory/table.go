@@ -16,11 +16,14 @@ import (
 // their keys into a new table.
 //
 // Slots hold no pointers, so the garbage collector does not scan them: a
-// slot finds its key's bytes through a reference into the arena.
+// slot finds its key's bytes by their offset in the arena. The arena is one
+// block, so that a reader goes from the slot to the key's bytes in one step;
+// it grows by moving to a block twice the size, which readers of the old one
+// do not mind, as bytes once written never change.
 type table struct {
-	slots  []slot
-	chunks []*byte // chunk i of the arena, chunkSize(i) bytes; nil until used
-	fill   uint64  // the arena reference of the next free byte; guarded by the shard's mutex
+	slots []slot
+	arena atomic.Pointer[byte] // the block of the keys' bytes
+	buf   []byte               // the same block, filled up to its length; guarded by the shard's mutex
 }
 
 // A slot is one bucket. meta is written last when a slot is filled, so a
@@ -38,7 +41,7 @@ type table struct {
 //	bit  30      that rule is a quota: the word counts its period's tokens
 //	             (quotaFlag)
 //	bits 29..28  zero
-//	bits 27..0   the bytes' reference in the arena: chunk<<14 | offset
+//	bits 27..0   the bytes' offset in the arena
 type slot struct {
 	word atomic.Int64 // the bucket's state (see gcra.go), or a marker
 	meta atomic.Uint64
@@ -49,8 +52,7 @@ const (
 	digestFlag  = 1 << 39
 	lengthShift = 32
 	lengthMask  = 1<<7 - 1
-	refMask     = 1<<28 - 1
-	offsetBits  = 14 // chunks are at most 16 KiB
+	refMask     = 1<<28 - 1 // an arena is at most 256 MiB
 
 	// Keys longer than maxInlineKey are stored as their SHA-256, which
 	// bounds the memory of one key; the flag keeps a digest from ever
@@ -59,10 +61,6 @@ const (
 
 	minSlots = 8
 )
-
-// chunkSize is the size of chunk i of an arena: small tables get small
-// chunks, and every chunk from the seventh on is 16 KiB.
-func chunkSize(i int) int { return 256 << min(i, offsetBits-8) }
 
 // A lookup is a key ready to look up: the bytes stored for it, its hash and
 // the meta its slot holds (with a zero reference). It is computed once per
@@ -73,6 +71,9 @@ type lookup struct {
 	digest [32]byte  // its SHA-256 when it is longer than maxInlineKey
 	hash   uint64
 	meta   uint64
+
+	table *table // where buckets.lookup found the key's shard; may be stale
+	home  int    // the first slot of its probe sequence in table
 }
 
 // memhash is the runtime's hash of byte strings, the one maps use (AES
@@ -115,12 +116,15 @@ func (k *lookup) stored() string {
 	return k.given
 }
 
-// newTable returns a table of n slots whose arena has room for the keys of
-// the most slots it will fill, three quarters, at the longest stored key.
-func newTable(n int) *table {
-	full := 3*n/4 + 1
-	chunks := offsetBits - 8 + 1 + (full*maxInlineKey)/(1<<offsetBits-maxInlineKey) + 1
-	return &table{slots: make([]slot, n), chunks: make([]*byte, chunks)}
+// newTable returns a table of n slots whose arena holds arena bytes before
+// it grows.
+func newTable(n, arena int) *table {
+	t := &table{slots: make([]slot, n)}
+	if arena > 0 {
+		t.buf = make([]byte, 0, arena)
+		t.arena.Store(unsafe.SliceData(t.buf))
+	}
+	return t
 }
 
 // home returns the first slot of the probe sequence of a key with meta m.
@@ -163,8 +167,7 @@ func (t *table) holds(m uint64, k *lookup) bool {
 
 // bytes returns the address of the stored bytes of the slot whose meta is m.
 func (t *table) bytes(m uint64) unsafe.Pointer {
-	ref := m & refMask
-	return unsafe.Add(unsafe.Pointer(t.chunks[ref>>offsetBits]), ref&(1<<offsetBits-1))
+	return unsafe.Add(unsafe.Pointer(t.arena.Load()), m&refMask)
 }
 
 // key returns the stored bytes of the slot whose meta is m.
@@ -192,34 +195,31 @@ func (t *table) insert(s string, m uint64, w int64) {
 	sl.meta.Store(m&^refMask | t.copyKey(s))
 }
 
-// copyKey copies s into the arena and returns its reference; the shard's
+// copyKey copies s into the arena and returns its offset; the shard's
 // mutex is held.
 func (t *table) copyKey(s string) uint64 {
-	if len(s) == 0 {
-		return 0
+	if len(t.buf)+len(s) > cap(t.buf) {
+		// Readers may be in the old block: the new one is published
+		// before any slot that refers to bytes only it has.
+		grown := make([]byte, len(t.buf), max(2*cap(t.buf), len(t.buf)+len(s), 256))
+		copy(grown, t.buf)
+		t.buf = grown
+		t.arena.Store(unsafe.SliceData(t.buf))
 	}
-	c, off := int(t.fill>>offsetBits), int(t.fill&(1<<offsetBits-1))
-	if t.chunks[c] == nil || off+len(s) > chunkSize(c) {
-		if t.chunks[c] != nil {
-			c++
-		}
-		t.chunks[c] = unsafe.SliceData(make([]byte, chunkSize(c)))
-		off = 0
-	}
-	copy(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(t.chunks[c]), off)), len(s)), s)
-	ref := uint64(c)<<offsetBits | uint64(off)
-	t.fill = ref + uint64(len(s))
-	return ref
+	off := uint64(len(t.buf))
+	t.buf = append(t.buf, s...)
+	return off
 }
 
-// A shard is a table and the state of its writers. It is padded so that the
-// writers of one shard do not slow the readers of its neighbours.
+// A shard is the state of the writers of one table. The tables themselves
+// sit apart, in one dense array that readers go through, while shards are
+// padded so that the writers of one do not slow those of its neighbours.
 type shard struct {
 	mu    sync.Mutex
-	table atomic.Pointer[table]
-	cap   int // most buckets the shard may hold; immutable
-	live  int // slots holding a bucket; guarded by mu
-	used  int // slots filled since the table was built, live or dead; guarded by mu
+	table *atomic.Pointer[table] // its entry in buckets.tables
+	cap   int                    // most buckets the shard may hold; immutable
+	live  int                    // slots holding a bucket; guarded by mu
+	used  int                    // slots filled since the table was built, live or dead; guarded by mu
 	_     [64]byte
 }
 
@@ -257,7 +257,15 @@ func (sh *shard) dropFull(now int64) int {
 // behind, which is also how growth sweeps.
 func (sh *shard) rebuild(now int64) *table {
 	old := sh.table.Load()
-	next := newTable(max(minSlots, 2*(sh.live+1)))
+	// Room for the live keys and half as many again, about the inserts
+	// until the next rebuild.
+	bytes := 0
+	for i := range old.slots {
+		if m := old.slots[i].meta.Load(); m != 0 && old.slots[i].word.Load() >= 0 {
+			bytes += int(m >> lengthShift & lengthMask)
+		}
+	}
+	next := newTable(max(minSlots, 2*(sh.live+1)), bytes+bytes/2+256)
 	sh.live, sh.used = 0, 0
 	for i := range old.slots {
 		sl := &old.slots[i]

@@ -12,37 +12,42 @@ import (
 )
 
 // A call is one Op on its way to Redis: a Take (an OpTake of one rule) or a
-// Do.
+// Do. Calls are pooled: a caller that got its answer hands its call back
+// for the next request (see reusable), so a decision allocates nothing of
+// its own.
 type call struct {
 	op     *tollgate.Op
 	tenant string   // the Redis key of the tenant's main bucket: its hash tag is every rule's
-	keys   []string // the rules' keys, as the script takes them (two per quota)
+	keys   []string // the rules' keys, as the script takes them (one per rule)
 	bounds []bounds // per quota rule, in rule order: its candidate periods
-	args   []any    // the script's arguments for the Op (see encode)
+	args   []int64  // the script's arguments for the Op (see encode)
 	rules  int      // the Op's number of rules
 	kind   tollgate.OpKind
-	argBuf [3]any // room for a Take's arguments
 
 	deadline time.Time // when the caller stops waiting
 	trip     atomic.Pointer[trip]
 
-	// Written by whoever answers the call, before done is closed.
-	err error
+	// Written by whoever answers the call, before done is sent.
+	err      error
+	answered bool // by the watchdog, while its round trip still holds the call
 
 	state atomic.Int32
-	done  chan struct{}
+	done  chan struct{} // one send per answer: buffered, so it is reused with the call
 
 	// The call's own Op, which op points to: a Take's, or a copy of a
 	// Do's (see Store.Do).
 	own tollgate.Op
+
+	argBuf   [3]int64 // room for a Take's arguments
+	boundBuf [2]bounds
 }
 
-// A takeCall is a call with room for a Take's Op, so that a Take costs one
-// allocation.
+// A takeCall is a call with room for a Take's Op.
 type takeCall struct {
 	call
 	rule   [1]tollgate.Rule
 	result [1]tollgate.Result
+	mark   [1]int64
 	key    [1]string
 }
 
@@ -52,6 +57,35 @@ type doCall struct {
 	rules   [4]tollgate.Rule
 	results [4]tollgate.Result
 	marks   [4]int64
+	keys    [6]string
+	args    [24]int64
+}
+
+var (
+	takeCalls = sync.Pool{New: func() any {
+		tc := &takeCall{}
+		tc.done = make(chan struct{}, 1)
+		return tc
+	}}
+	doCalls = sync.Pool{New: func() any {
+		dc := &doCall{}
+		dc.done = make(chan struct{}, 1)
+		return dc
+	}}
+)
+
+// reset readies a pooled call for a new Op.
+func (c *call) reset() {
+	c.err, c.answered, c.bounds, c.deadline = nil, false, c.boundBuf[:0], time.Time{}
+	c.trip.Store(nil)
+	c.state.Store(callPending)
+}
+
+// reusable reports whether, once its caller has returned, nothing else
+// will touch c: it was not abandoned, and the round trip that carried it
+// (if any) has delivered it or will not look at it again.
+func (c *call) reusable() bool {
+	return c.state.Load() != callAbandoned && !c.answered
 }
 
 // A call's state: whoever writes its answer (into its Op, or err) claims
@@ -70,7 +104,7 @@ func (c *call) claim() bool { return c.state.CompareAndSwap(callPending, callAns
 // release hands the answer written after claim to the caller.
 func (c *call) release() {
 	c.state.Store(callDelivered)
-	close(c.done)
+	c.done <- struct{}{}
 }
 
 // fail answers c with err, unless it was answered or abandoned.
@@ -91,7 +125,9 @@ func timeoutErr(c *call) error {
 // microseconds since the Unix epoch, around the Store's own clock: the
 // period that holds the local now and its nearest neighbour. The script
 // picks the one that holds Redis's now.
-type bounds struct{ b0, b1, b2 int64 }
+// w is the one whose key the call passes: the period that holds the
+// Store's own clock.
+type bounds struct{ b0, b1, b2, w int64 }
 
 // A boundsCache remembers each quota's candidate periods for the half
 // period during which they stay the same, so that a decision does not
@@ -130,10 +166,10 @@ func quotaBounds(q tollgate.Quota, now time.Time) bounds {
 	start, end := q.Bounds(now)
 	if now.Sub(start) < end.Sub(now) {
 		prev, _ := q.Bounds(start.Add(-time.Nanosecond))
-		return bounds{prev.UnixMicro(), start.UnixMicro(), end.UnixMicro()}
+		return bounds{b0: prev.UnixMicro(), b1: start.UnixMicro(), b2: end.UnixMicro()}
 	}
 	_, next := q.Bounds(end)
-	return bounds{start.UnixMicro(), end.UnixMicro(), next.UnixMicro()}
+	return bounds{b0: start.UnixMicro(), b1: end.UnixMicro(), b2: next.UnixMicro()}
 }
 
 // ruleKey returns the key of a rule's state: the tenant's main key for Sub
@@ -145,9 +181,15 @@ func ruleKey(tenant, sub string) string {
 	return tenant + ":" + sub
 }
 
-// quotaKey returns the key of a quota's period that starts at start (µs).
+// quotaKey returns the key of a quota's period that starts at start (µs),
+// in one allocation.
 func quotaKey(tenant, sub string, start int64) string {
-	return ruleKey(tenant, sub) + ":" + strconv.FormatInt(start/1e6, 10)
+	var b [20]byte
+	n := strconv.AppendInt(b[:0], start/1e6, 10)
+	if sub == "" {
+		return tenant + ":" + string(n)
+	}
+	return tenant + ":" + sub + ":" + string(n)
 }
 
 // prepareKeys fills in c.keys and c.bounds for c.op at now (local time),
@@ -167,12 +209,15 @@ func (c *call) prepareKeys(now time.Time, cache *boundsCache) {
 				start = op.Marks[i]
 			}
 			_, end := r.Quota.Bounds(time.UnixMicro(start))
-			b = bounds{start, end.UnixMicro(), end.UnixMicro()}
-			k := quotaKey(c.tenant, r.Sub, start)
-			c.keys = append(c.keys, k, k)
+			b = bounds{start, end.UnixMicro(), end.UnixMicro(), 0}
+			c.keys = append(c.keys, quotaKey(c.tenant, r.Sub, start))
 		} else {
 			b = cache.get(r.Quota, now)
-			c.keys = append(c.keys, quotaKey(c.tenant, r.Sub, b.b0), quotaKey(c.tenant, r.Sub, b.b1))
+			start := b.b0
+			if now.UnixMicro() >= b.b1 {
+				b.w, start = 1, b.b1
+			}
+			c.keys = append(c.keys, quotaKey(c.tenant, r.Sub, start))
 		}
 		c.bounds = append(c.bounds, b)
 	}
@@ -185,13 +230,16 @@ func (c *call) prepareKeys(now time.Time, cache *boundsCache) {
 // Op until it has claimed c.
 func (c *call) encode() {
 	c.rules, c.kind = len(c.op.Rules), c.op.Kind
-	c.args = c.appendArgs(c.argBuf[:0])
+	if c.args == nil {
+		c.args = c.argBuf[:0]
+	}
+	c.args = c.appendArgs(c.args[:0])
 }
 
 // appendArgs appends the script's arguments for c's Op to args.
-func (c *call) appendArgs(args []any) []any {
+func (c *call) appendArgs(args []int64) []int64 {
 	op := c.op
-	header := int(op.Kind) + 8*len(op.Rules)
+	header := int64(op.Kind) + 8*int64(len(op.Rules))
 	if op.MaxDelay > 0 && (op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect) {
 		args = append(args, header+4, min(op.MaxDelay, tollgate.MaxWindow).Microseconds())
 	} else {
@@ -206,7 +254,7 @@ func (c *call) appendArgs(args []any) []any {
 		} else {
 			b := c.bounds[q]
 			q++
-			args = append(args, -r.Quota.Tokens, op.Cost, b.b0, b.b1, b.b2)
+			args = append(args, -(2*r.Quota.Tokens + b.w), op.Cost, b.b0, b.b1, b.b2)
 		}
 		if cancel {
 			var mark int64
@@ -219,10 +267,21 @@ func (c *call) appendArgs(args []any) []any {
 	return args
 }
 
+// end stops the trip's watchdog for good: once end returns, fire touches
+// none of the trip's calls, which their callers may then reuse.
+func (tr *trip) end() {
+	tr.timer.Stop()
+	tr.mu.Lock()
+	tr.ended = true
+	tr.mu.Unlock()
+}
+
 // A trip is one round trip to Redis. Its watchdog answers each of its
 // calls with a timeout error at the call's own deadline if Redis has not
 // answered by then, and counts the round trip as failed (once).
 type trip struct {
+	mu    sync.Mutex // held by fire; ended under it once the answers are in
+	ended bool
 	state atomic.Int32
 	sent  int64 // µs on the Store's monotonic clock
 	s     *Store
@@ -252,6 +311,11 @@ func (tr *trip) watch(wall time.Time, r *runner) {
 // fire answers the calls whose deadlines have passed and re-arms for the
 // next.
 func (tr *trip) fire() {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.ended {
+		return // the round trip is back: its calls may be in new hands
+	}
 	now := time.Now()
 	var next time.Time
 	expired := false
@@ -271,8 +335,9 @@ func (tr *trip) fire() {
 		tr.s.breaker.failure(micros(tr.s.mono()), tr.sent)
 	}
 	for _, c := range tr.calls {
-		if c.state.Load() == callPending && !now.Before(c.deadline) {
-			c.fail(timeoutErr(c))
+		if c.state.Load() == callPending && !now.Before(c.deadline) && c.claim() {
+			c.err, c.answered = timeoutErr(c), true
+			c.release()
 		}
 	}
 	if !next.IsZero() {

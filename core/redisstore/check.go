@@ -63,13 +63,13 @@ func (s *Store) check(ctx context.Context) error {
 		c := &call{op: op, tenant: redisKey(s.prefix, checkTenant)}
 		c.prepareKeys(s.wallNow(), &s.bounds)
 		c.encode()
-		groups, err := s.exec(ctx, []*call{c}, nil)
+		groups, err := s.exec(ctx, []*call{c}, nil, &scratch{})
 		if err != nil {
 			return checkErr("the script ("+kind.String()+")", err)
 		}
-		now, per, err := replies(&groups[0], []*call{c})
+		now, vals, err := reply(&groups[0], []*call{c})
 		if err == nil {
-			err = c.decode(now, per[0])
+			err = c.decode(now, vals)
 		}
 		if err != nil {
 			return fmt.Errorf("redisstore: Check: the script (%v): %w", kind, err)

@@ -26,7 +26,7 @@ func (c *call) decode(now int64, v []int64) error {
 		}
 		r := int(-code)
 		return fmt.Errorf("%w: the key %s of rule %d holds a value of another type, not tollgate's state; is another application using the prefix?",
-			tollgate.ErrMisconfigured, c.keys[c.keyIndex(r-1)], r)
+			tollgate.ErrMisconfigured, c.keys[r-1], r)
 	}
 	n := len(op.Rules)
 	if cap(op.Results) >= n {
@@ -119,19 +119,6 @@ func (c *call) decode(now int64, v []int64) error {
 		}
 	}
 	return nil
-}
-
-// keyIndex returns the index in c.keys of rule i's (first) key.
-func (c *call) keyIndex(i int) int {
-	k := 0
-	for _, r := range c.op.Rules[:i] {
-		if r.IsQuota() {
-			k += 2
-		} else {
-			k++
-		}
-	}
-	return k
 }
 
 func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

@@ -16,6 +16,13 @@ func WithLocalClock(now func() time.Time) Option {
 	return func(c *config) { c.localClock = now }
 }
 
+// WithWallClock replaces the clock around which the Store looks up quota
+// periods, and leaves decisions on the server's TIME: a replica whose
+// clock is off by hours.
+func WithWallClock(now func() time.Time) Option {
+	return func(c *config) { c.wallClock = now }
+}
+
 // RedisKey exposes the key mapping to the tests.
 func RedisKey(prefix, key string) string { return redisKey(prefix, key) }
 

@@ -24,18 +24,22 @@ import (
 // 4 more for a take or inspect with a MaxDelay (in microseconds, the next
 // argument); and for each rule either
 //
-//	tolerance, need [, mark]               a token bucket: one key
-//	-tokens, cost, b0, b1, b2 [, mark]     a quota: two keys
+//	tolerance, need [, mark]                  a token bucket: one key
+//	-(2 x tokens + w), cost, b0, b1, b2 [, mark]  a quota: one key
 //
 // with the mark for a cancel only. tolerance is Burst x token interval and
 // need cost x token interval, integers computed in Go, so the script only
 // adds, subtracts and compares integers below 2^53, which Lua's doubles hold
 // exactly. A bucket's key holds its theoretical arrival time (TAT) in
 // microseconds since the Unix epoch; a missing key is a full bucket. A
-// quota's keys are those of the periods [b0, b1) and [b1, b2), computed in
-// Go around its own clock; the period that holds the server's now is used,
-// so boundaries are decided on Redis's clock. A quota key holds the tokens
-// used in its period and expires when the period ends.
+// quota's candidate periods are [b0, b1) and [b1, b2), computed in Go
+// around its own clock, and its key is that of period w (0 or 1), the one
+// that holds the Store's clock; the period that holds the server's now is
+// used, so boundaries are decided on Redis's clock, and in the rare case
+// that it is the other one (clocks apart across a boundary), the script
+// derives that period's key from the one it got: the same hash tag, so the
+// same slot. A quota key holds the tokens used in its period and expires
+// when the period ends.
 //
 // Keys are isolated: a key of another type fails its own Op only (nothing
 // written for that Op), and a string that is not a valid state (garbage, a
@@ -68,6 +72,7 @@ else
 end
 local channel = ARGV[2]
 local maxTAT = now + 6307200000000000
+local fmt = string.format
 local out = {now}
 local k, a, n = 1, 3, 1
 local typ, key, keyA, keyB, tol, need, mark, st, fix, endAt = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
@@ -81,12 +86,50 @@ local function read(rk, limit)
   return x, false
 end
 
+-- period returns the key of the period that starts at start (µs) of the
+-- quota whose key, for another period, is qk.
+local function period(qk, start)
+  return string.sub(qk, 1, #qk - #string.match(qk, '%d+$')) .. fmt('%d', start / 1000000)
+end
+
 local nargs = #ARGV
 while a <= nargs do
   local h = tonumber(ARGV[a])
+  a = a + 1
+  if h == 8 and tonumber(ARGV[a]) >= 0 then
+  -- The common case, a take from one token bucket without MaxDelay: the
+  -- general path below, unrolled.
+  local tl, nd = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  a = a + 2
+  local rk = KEYS[k]
+  k = k + 1
+  local base = n + 1
+  n = base + 1
+  local v = redis.pcall('GET', rk)
+  local tat, fixed = 0, false
+  if v and type(v) == 'table' then
+    out[base], out[n] = -1, 0
+  else
+    if v then
+      local x = tonumber(v)
+      if not x or x ~= x or x < 0 or x > maxTAT or x % 1 ~= 0 then fixed = true else tat = x end
+    end
+    local rel = 0
+    if tat > now then rel = tat - now end
+    out[n] = rel
+    if rel + nd <= tl then
+      local ahead = rel + nd
+      redis.call('SET', rk, fmt('%d', now + ahead), 'PX', fmt('%d', (ahead + 999 - (ahead + 999) % 1000) / 1000 + 1 + slack))
+      out[base] = 1
+    else
+      out[base] = 0
+      if fixed then redis.call('DEL', rk) end
+    end
+    if fixed then out[base] = out[base] + 4 end
+  end
+  else
   local kind, maxDelay = h % 8, 0
   local nr = (h - kind) / 8
-  a = a + 1
   if kind >= 4 then
     kind = kind - 4
     maxDelay = tonumber(ARGV[a])
@@ -128,7 +171,8 @@ while a <= nargs do
       out[n + 1] = rel
     else
       typ[r] = 2
-      local tokens, cost = -tl, tonumber(ARGV[a + 1])
+      local w = -tl % 2
+      local tokens, cost = (-tl - w) / 2, tonumber(ARGV[a + 1])
       local b0, b1, b2 = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
       a = a + 5
       if kind == 3 then
@@ -137,21 +181,29 @@ while a <= nargs do
       end
       local which = -1
       if kind >= 2 then
-        which = 0
+        which = w
       elseif now >= b1 and now < b2 then
         which = 1
       elseif now >= b0 and now < b1 then
         which = 0
       end
-      local ka, kb = KEYS[k], KEYS[k + 1]
-      k = k + 2
-      keyA[r], keyB[r] = ka, kb
+      local kw = KEYS[k]
+      k = k + 1
+      keyA[r] = kw
+      if w == 0 then keyB[r] = b1 else keyB[r] = b0 end
       local used = 0
       if which < 0 then
         if code == 1 then code = -1000 - r end
-        key[r] = ka
+        key[r] = kw
       else
-        if which == 0 then key[r], endAt[r] = ka, b1 else key[r], endAt[r] = kb, b2 end
+        if which == 0 then endAt[r] = b1 else endAt[r] = b2 end
+        if which == w then
+          key[r] = kw
+        elseif which == 0 then
+          key[r] = period(kw, b0)
+        else
+          key[r] = period(kw, b1)
+        end
         local u, bad = read(key[r], 1e15)
         if not u then
           if code == 1 then code = -r end
@@ -181,7 +233,7 @@ while a <= nargs do
           local ahead = st[r] - now
           if ahead < 0 then ahead = 0 end
           ahead = ahead + need[r]
-          redis.call('SET', key[r], now + ahead, 'PX', (ahead + 999 - (ahead + 999) % 1000) / 1000 + 1 + slack)
+          redis.call('SET', key[r], fmt('%d', now + ahead), 'PX', fmt('%d', (ahead + 999 - (ahead + 999) % 1000) / 1000 + 1 + slack))
         else
           if fix[r] then redis.call('DEL', key[r]) end
           redis.call('INCRBY', key[r], need[r])
@@ -206,7 +258,7 @@ while a <= nargs do
       if typ[r] == 1 then
         redis.call('DEL', key[r])
       else
-        redis.call('DEL', keyA[r], keyB[r])
+        redis.call('DEL', keyA[r], period(keyA[r], keyB[r]))
       end
     end
     if first then redis.call('PUBLISH', channel, first) end
@@ -229,7 +281,7 @@ while a <= nargs do
               out[j] = 0
             else
               local left = tat - now
-              redis.call('SET', key[r], tat, 'PX', (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack)
+              redis.call('SET', key[r], fmt('%d', tat), 'PX', fmt('%d', (left + 999 - (left + 999) % 1000) / 1000 + 1 + slack))
               out[j] = left
             end
           end
@@ -245,12 +297,17 @@ while a <= nargs do
     end
     if gave then redis.call('PUBLISH', channel, first) else out[base] = 4 * repaired end
   end
+  end
 end
 return out
 `
 
-// scriptSHA names the script in EVALSHA.
-var scriptSHA = redis.NewScript(opScript).Hash()
+// scriptSHA names the script in EVALSHA; script is opScript as a variable,
+// so that a pointer to it is a command argument that costs no allocation.
+var (
+	scriptSHA = redis.NewScript(opScript).Hash()
+	script    = opScript
+)
 
 // maxKeysPerScript bounds the keys of one script call, so that Redis, which
 // runs one script at a time, is never held for long.
@@ -258,8 +315,22 @@ const maxKeysPerScript = 256
 
 // A group is the calls one script call carries, by their index in the batch.
 type group struct {
-	idx []int
-	cmd *redis.Cmd
+	idx   []int
+	nkeys int64
+	cmd   *redis.IntSliceCmd
+}
+
+// A processor runs or queues a command: a client or a pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// A scratch holds the buffers of a round trip, kept by its runner for the
+// next one.
+type scratch struct {
+	args   []any
+	idx    []int
+	groups []group
 }
 
 // exec runs one batch: one script call per group in a single pipeline (or a
@@ -270,35 +341,55 @@ type group struct {
 // answers, because their callers may have given up meanwhile; it returns the
 // script's reply per group and the first error.
 //
+// The command's arguments point into the calls (their keys and numbers), so
+// that a decision costs no allocation for them; a call is not reused before
+// its round trip is over (see call.reusable).
+//
 // ctx never expires (see roundTrip): a round trip always finishes on its
 // connection, so a caller that gives up never costs a connection.
-func (s *Store) exec(ctx context.Context, batch []*call, epoch *epochCheck) ([]group, error) {
-	now := ""
+func (s *Store) exec(ctx context.Context, batch []*call, epoch *epochCheck, sc *scratch) ([]group, error) {
+	var now any = ""
 	if s.scriptClock != nil {
 		now = strconv.FormatInt(s.scriptClock().UnixMicro(), 10)
 	}
-	groups := s.group(batch)
-	send := func(g *group, c redis.Scripter, eval bool) {
+	groups := s.group(batch, sc)
+	args := sc.args[:0]
+	send := func(g *group, c processor, eval bool) {
 		nkeys := 0
 		for _, j := range g.idx {
 			nkeys += len(batch[j].keys)
 		}
-		keys := make([]string, 0, nkeys)
-		args := make([]any, 2, 2+nkeys*5)
-		args[0], args[1] = now, s.channel
-		for _, j := range g.idx {
-			keys = append(keys, batch[j].keys...)
-			args = append(args, batch[j].args...)
-		}
+		g.nkeys = int64(nkeys)
+		start := len(args)
 		if eval {
-			g.cmd = c.Eval(ctx, opScript, keys, args...)
+			args = append(args, "eval", &script)
 		} else {
-			g.cmd = c.EvalSha(ctx, scriptSHA, keys, args...)
+			args = append(args, "evalsha", &scriptSHA)
 		}
+		args = append(args, &g.nkeys)
+		for _, j := range g.idx {
+			c := batch[j]
+			for k := range c.keys {
+				args = append(args, &c.keys[k])
+			}
+		}
+		args = append(args, now, &s.channel)
+		for _, j := range g.idx {
+			c := batch[j]
+			for k := range c.args {
+				args = append(args, &c.args[k])
+			}
+		}
+		g.cmd = redis.NewIntSliceCmd(ctx, args[start:len(args):len(args)]...)
+		if nkeys > 0 {
+			g.cmd.SetFirstKeyPos(3)
+		}
+		_ = c.Process(ctx, g.cmd)
 	}
+	todo := make([]*group, 0, 4)
 	for attempt := range 2 {
 		eval := attempt == 1
-		var todo []*group
+		todo = todo[:0]
 		for i := range groups {
 			if g := &groups[i]; g.cmd == nil || eval && isNoScript(g.cmd.Err()) {
 				todo = append(todo, g)
@@ -328,6 +419,8 @@ func (s *Store) exec(ctx context.Context, batch []*call, epoch *epochCheck) ([]g
 			}
 		}
 	}
+	clear(args) // the calls may be reused: keep no pointer to them
+	sc.args = args[:0]
 	var first error
 	for i := range groups {
 		if err := groups[i].cmd.Err(); err != nil && first == nil {
@@ -343,8 +436,8 @@ func (s *Store) exec(ctx context.Context, batch []*call, epoch *epochCheck) ([]g
 // one Op shares the tenant's hash tag, hence its slot. Any other client (a
 // Ring, a wrapper) gets one Op per call, the only shape that is safe
 // whatever its sharding.
-func (s *Store) group(batch []*call) []group {
-	var groups []group
+func (s *Store) group(batch []*call, sc *scratch) []group {
+	groups := sc.groups[:0]
 	add := func(idx []int) {
 		keys := 0
 		start := 0
@@ -360,10 +453,11 @@ func (s *Store) group(batch []*call) []group {
 	}
 	switch {
 	case s.mode == modeSingle || len(batch) == 1:
-		idx := make([]int, len(batch))
-		for i := range idx {
-			idx[i] = i
+		idx := sc.idx[:0]
+		for i := range batch {
+			idx = append(idx, i)
 		}
+		sc.idx = idx
 		add(idx)
 	case s.mode == modeCluster:
 		bySlot := make(map[int][]int)
@@ -379,11 +473,11 @@ func (s *Store) group(batch []*call) []group {
 			add(bySlot[sl])
 		}
 	default:
-		groups = make([]group, len(batch))
 		for i := range batch {
-			groups[i].idx = []int{i}
+			groups = append(groups, group{idx: []int{i}})
 		}
 	}
+	sc.groups = groups
 	return groups
 }
 
@@ -391,27 +485,23 @@ func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// replies splits a group's flat reply into the slices of its calls: the
-// server's now, then each call's code and one number per rule.
-func replies(g *group, batch []*call) (now int64, per [][]int64, err error) {
-	vals, err := g.cmd.Int64Slice()
-	if err != nil {
+// reply checks a group's flat reply, the server's now and then each call's
+// code and one number per rule, and returns the now and the calls' part.
+func reply(g *group, batch []*call) (now int64, vals []int64, err error) {
+	if err := g.cmd.Err(); err != nil {
 		return 0, nil, err
 	}
+	vals = g.cmd.Val()
 	if len(vals) == 0 {
 		return 0, nil, errors.New("the script answered nothing")
 	}
 	now, vals = vals[0], vals[1:]
-	per = make([][]int64, len(g.idx))
-	for i, j := range g.idx {
-		n := 1 + batch[j].rules
-		if len(vals) < n {
-			return 0, nil, fmt.Errorf("the script answered %d values, too few for its %d Ops", len(vals), len(g.idx))
-		}
-		per[i], vals = vals[:n:n], vals[n:]
+	n := 0
+	for _, j := range g.idx {
+		n += 1 + batch[j].rules
 	}
-	if len(vals) != 0 {
-		return 0, nil, fmt.Errorf("the script answered %d values too many", len(vals))
+	if len(vals) != n {
+		return 0, nil, fmt.Errorf("the script answered %d values for %d Ops that need %d", len(vals), len(g.idx), n)
 	}
-	return now, per, nil
+	return now, vals, nil
 }

@@ -92,6 +92,7 @@ type config struct {
 	// Test hooks, set from export_test.go.
 	localClock  func() time.Time // the clock of the denial cache
 	scriptClock func() time.Time // if set, the script's time instead of TIME
+	wallClock   func() time.Time // if set, the time around which quota periods are looked up
 }
 
 // WithPrefix sets the prefix of every key the Store writes (default
@@ -165,6 +166,7 @@ type Store struct {
 	realBase    time.Time // origin of mono
 	localClock  func() time.Time
 	scriptClock func() time.Time
+	wallClock   func() time.Time
 	maxInflight int
 
 	epoch  epochState
@@ -237,6 +239,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		logger:      cfg.logger,
 		localClock:  cfg.localClock,
 		scriptClock: cfg.scriptClock,
+		wallClock:   cfg.wallClock,
 	}
 	s.breaker.init(cfg.breakerFailures, micros(cfg.breakerBackoff), micros(2*tollgate.DefaultStoreTimeout))
 	s.realBase = time.Now()
@@ -279,6 +282,9 @@ func (s *Store) now() int64 {
 func (s *Store) wallNow() time.Time {
 	if s.scriptClock != nil {
 		return s.scriptClock()
+	}
+	if s.wallClock != nil {
+		return s.wallClock()
 	}
 	return time.Now()
 }
@@ -330,18 +336,25 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 			return r, nil
 		}
 	}
-	tc := &takeCall{}
+	tc := takeCalls.Get().(*takeCall)
 	c := &tc.call
+	c.reset()
 	tc.rule[0] = tollgate.Rule{Limit: limit}
-	c.own = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: tc.rule[:], Cost: cost, Results: tc.result[:0]}
+	c.own = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: tc.rule[:], Cost: cost, Results: tc.result[:0], Marks: tc.mark[:0]}
 	c.op = &c.own
 	c.tenant = tenant
-	tc.key[0] = c.tenant
+	tc.key[0] = tenant
 	c.keys = tc.key[:]
-	if err := s.do(ctx, c, time.Time{}); err != nil {
-		return tollgate.Result{}, err
+	err := s.do(ctx, c, time.Time{})
+	var r tollgate.Result
+	if err == nil {
+		r = c.own.Results[0]
 	}
-	return c.own.Results[0], nil
+	if c.reusable() {
+		c.own, c.tenant, tc.key[0] = tollgate.Op{}, "", ""
+		takeCalls.Put(tc)
+	}
+	return r, err
 }
 
 // Do runs op on the rules of op.Key in one atomic script call (one per Op,
@@ -364,28 +377,38 @@ func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
 	// after a caller that gave up has returned, and that caller may be
 	// using its Op again (the Limiter recycles them). The answer goes
 	// back into op here, in the caller's goroutine.
-	dc := &doCall{}
+	dc := doCalls.Get().(*doCall)
 	c := &dc.call
+	c.reset()
 	c.tenant = redisKey(s.prefix, op.Key)
 	c.own = *op
 	c.own.Rules = append(dc.rules[:0], op.Rules...)
 	c.own.Results = dc.results[:0]
 	c.own.Marks = append(dc.marks[:0], op.Marks...)
 	c.op = &c.own
-	c.keys = make([]string, 0, len(op.Rules)+2)
+	c.keys = dc.keys[:0]
+	if c.args == nil {
+		c.args = dc.args[:0]
+	}
 	c.prepareKeys(s.wallNow(), &s.bounds)
 	start := s.mono()
 	err := s.do(ctx, c, op.Deadline)
 	// For the Limiter's observers: the wait for Redis, or for its
 	// failure (nearly 0 for an answer from the denial cache).
 	op.Latency = s.mono() - start
-	if err != nil {
-		return err
+	if err == nil {
+		op.Allowed, op.Delay = c.own.Allowed, c.own.Delay
+		op.Results = append(op.Results[:0], c.own.Results...)
+		op.Marks = append(op.Marks[:0], c.own.Marks...)
 	}
-	op.Allowed, op.Delay = c.own.Allowed, c.own.Delay
-	op.Results = append(op.Results[:0], c.own.Results...)
-	op.Marks = append(op.Marks[:0], c.own.Marks...)
-	return nil
+	if c.reusable() {
+		c.own, c.tenant = tollgate.Op{}, ""
+		clear(dc.rules[:])
+		clear(dc.keys[:])
+		dc.call.keys = nil
+		doCalls.Put(dc)
+	}
+	return err
 }
 
 var (
@@ -421,16 +444,20 @@ func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
 		return fmt.Errorf("%w: the deadline had passed before the call was sent", ErrUnavailable)
 	}
 	c.deadline = deadline
-	c.done = make(chan struct{})
 	c.encode()
 	if !s.submit(c, mono) {
 		return errQueueFull
 	}
 	// The Store answers c by its deadline (see trip and kickQueue), so the
 	// caller needs no timer of its own; ctx may end it sooner.
+	done := ctx.Done()
+	if done == nil {
+		<-c.done
+		return c.err
+	}
 	select {
 	case <-c.done:
-	case <-ctx.Done():
+	case <-done:
 		if err := s.giveUp(c, errors.Is(ctx.Err(), context.DeadlineExceeded)); err != nil {
 			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
@@ -617,8 +644,9 @@ func (s *Store) run(batch []*call) {
 // A runner is what a goroutine that makes round trips keeps between them:
 // the timer of its trips' watchdog, armed for each trip.
 type runner struct {
-	timer *time.Timer
-	trip  atomic.Pointer[trip]
+	timer   *time.Timer
+	trip    atomic.Pointer[trip]
+	scratch scratch
 }
 
 func (r *runner) fire() {
@@ -700,9 +728,9 @@ func (s *Store) roundTrip(batch []*call, r *runner) {
 		c.trip.Store(tr)
 	}
 	tr.watch(wall, r)
-	groups, err := s.exec(context.Background(), batch, epoch)
-	tr.timer.Stop()
+	groups, err := s.exec(context.Background(), batch, epoch, &r.scratch)
 	r.trip.Store(nil)
+	tr.end()
 	_, recv, recvMono := s.clocks()
 	if tr.state.CompareAndSwap(tripInFlight, tripBack) {
 		switch {
@@ -718,28 +746,37 @@ func (s *Store) roundTrip(batch []*call, r *runner) {
 	}
 	for i := range groups {
 		g := &groups[i]
-		now, per, gerr := replies(g, batch)
-		for k, j := range g.idx {
-			c := batch[j]
-			if !c.claim() {
-				continue // answered by the watchdog, or abandoned
-			}
-			if gerr != nil {
-				c.err = classify(gerr)
-				c.release()
-				continue
-			}
-			v := per[k]
-			if err := c.decode(now, v); err != nil {
-				c.err = err
-			} else if kind := c.op.Kind; kind == tollgate.OpTake || kind == tollgate.OpInspect {
-				s.cache.learn(s, c, now, v, sent, recv)
-			}
-			if v[0] > 3 {
-				s.repairs.report(s, c, v[0]>>2)
-			}
-			c.release()
+		s.deliver(g, batch, sent, recv)
+	}
+}
+
+// deliver answers the calls of group g from its reply; sent and recv are
+// the local times (see now) at which the round trip left and came back.
+func (s *Store) deliver(g *group, batch []*call, sent, recv int64) {
+	now, vals, gerr := reply(g, batch)
+	for _, j := range g.idx {
+		c := batch[j]
+		var v []int64
+		if gerr == nil {
+			v, vals = vals[:1+c.rules:1+c.rules], vals[1+c.rules:]
 		}
+		if !c.claim() {
+			continue // answered by the watchdog, or abandoned
+		}
+		if gerr != nil {
+			c.err = classify(gerr)
+			c.release()
+			continue
+		}
+		if err := c.decode(now, v); err != nil {
+			c.err = err
+		} else if kind := c.op.Kind; kind == tollgate.OpTake || kind == tollgate.OpInspect {
+			s.cache.learn(s, c, now, v, sent, recv)
+		}
+		if v[0] > 3 {
+			s.repairs.report(s, c, v[0]>>2)
+		}
+		c.release()
 	}
 }
 

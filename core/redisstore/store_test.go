@@ -636,3 +636,52 @@ func TestHugeNumbers(t *testing.T) {
 		t.Fatalf("RetryAfter %v, want about %v", r.RetryAfter, want)
 	}
 }
+
+// TestQuotaPeriodOnRedisClock runs replicas whose clocks put them in the day
+// before and the day after Redis's: each passes the key of its own day, and
+// the script counts in Redis's day, whose key it derives, and resets it.
+func TestQuotaPeriodOnRedisClock(t *testing.T) {
+	client := newClient(t)
+	now, err := client.Time(bg).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := now.UTC().Truncate(24 * time.Hour)
+	if now.Sub(day) < time.Minute || day.Add(24*time.Hour).Sub(now) < time.Minute {
+		t.Skip("too close to midnight UTC")
+	}
+	prefix := testPrefix(t)
+	fixed := func(t time.Time) func() time.Time { return func() time.Time { return t } }
+	before := newStore(t, newClient(t), redisstore.WithPrefix(prefix), redisstore.WithWallClock(fixed(day.Add(-time.Hour))))
+	after := newStore(t, newClient(t), redisstore.WithPrefix(prefix), redisstore.WithWallClock(fixed(day.Add(25*time.Hour))))
+	single := newStore(t, newClient(t), redisstore.WithPrefix(prefix))
+	rules := []tollgate.Rule{{Sub: "day", Quota: tollgate.PerDay(5)}}
+	do := func(s *redisstore.Store, kind tollgate.OpKind, cost int64) *tollgate.Op {
+		t.Helper()
+		op := &tollgate.Op{Kind: kind, Key: "skewed", Rules: rules, Cost: cost}
+		if err := s.Do(bg, op); err != nil {
+			t.Fatalf("%v: %v", kind, err)
+		}
+		return op
+	}
+	if op := do(before, tollgate.OpTake, 3); !op.Allowed || op.Results[0].Remaining != 2 {
+		t.Fatalf("3 from the replica a day behind: %+v", op)
+	}
+	if op := do(after, tollgate.OpTake, 2); !op.Allowed || op.Results[0].Remaining != 0 {
+		t.Fatalf("2 from the replica a day ahead: %+v", op)
+	}
+	if op := do(single, tollgate.OpTake, 1); op.Allowed {
+		t.Fatalf("a 6th token in one of Redis's days: %+v", op)
+	}
+	key := redisstore.RedisKey(prefix, "skewed") + ":day:" + strconv.FormatInt(day.Unix(), 10)
+	if used, err := client.Get(bg, key).Int64(); err != nil || used != 5 {
+		t.Fatalf("%s holds %d, %v; want the 5 tokens of Redis's day", key, used, err)
+	}
+	do(after, tollgate.OpReset, 1)
+	if n, _ := client.Exists(bg, key).Result(); n != 0 {
+		t.Fatalf("%s survived a reset from the replica a day ahead", key)
+	}
+	if op := do(single, tollgate.OpTake, 5); !op.Allowed {
+		t.Fatalf("after the reset: %+v", op)
+	}
+}

@@ -8,7 +8,10 @@
 // is not limited, nor GET /metrics (Prometheus). The tenant is the
 // X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
 // initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
-// requests a UTC day), anyone else on free.
+// requests a UTC day), anyone else on free. With ADMIN_TOKEN set,
+// GET /admin/tollgate serves the upgrade candidates to requests with
+// "Authorization: Bearer $ADMIN_TOKEN"; with SHADOW=1, limits are computed
+// and recorded but never enforced.
 package main
 
 import (
@@ -39,7 +42,7 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
-	limiter, metrics, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	limiter, metrics, admin, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -57,6 +60,9 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	r.GET("/healthz", healthz) // not limited: load balancers must always get through
 	// Not limited either: the scraper must always get through.
 	r.GET("/metrics", gin.WrapH(metrics))
+	if admin != nil {
+		r.GET(demo.AdminPath, gin.WrapH(admin)) // not limited; behind the admin token
+	}
 
 	api := r.Group("/api", authenticate)
 	api.GET("/hello", tollgategin.New(limiter, byTenant), hello)

@@ -87,9 +87,11 @@ func addr(def string) string {
 // nil, until client has run against it.
 func serve(ctx context.Context, logger *slog.Logger, address string, client func(ctx context.Context, address string) error) error {
 	cfg := demo.ConfigFromEnv()
-	// The metrics handler is for HTTP; a gRPC service would serve it on
-	// an HTTP port of its own, which this example does without.
-	limiter, _, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+	// The metrics handler and the upgrade-candidates page (ADMIN_TOKEN)
+	// are for HTTP; a gRPC service would serve them on an HTTP port of
+	// its own, which this example does without. SHADOW=1 applies as in
+	// the HTTP apps.
+	limiter, _, _, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}

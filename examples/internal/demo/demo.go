@@ -46,11 +46,21 @@ const ListeningMsg = "listening"
 type Config struct {
 	Addr     string // ADDR: host:port to listen on; default DefaultAddr
 	RedisURL string // REDIS_URL, e.g. redis://127.0.0.1:6379/0; empty for the in-process store
+
+	// AdminToken (ADMIN_TOKEN) turns on the upgrade-candidates page at
+	// AdminPath, for requests with "Authorization: Bearer <token>".
+	// Empty, there is no page.
+	AdminToken string
+
+	// Shadow (SHADOW=1) puts every plan in shadow mode: decisions are
+	// made, logged and recorded, but no request is denied.
+	Shadow bool
 }
 
-// ConfigFromEnv reads ADDR and REDIS_URL.
+// ConfigFromEnv reads ADDR, REDIS_URL, ADMIN_TOKEN and SHADOW.
 func ConfigFromEnv() Config {
-	c := Config{Addr: os.Getenv("ADDR"), RedisURL: os.Getenv("REDIS_URL")}
+	c := Config{Addr: os.Getenv("ADDR"), RedisURL: os.Getenv("REDIS_URL"),
+		AdminToken: os.Getenv("ADMIN_TOKEN"), Shadow: os.Getenv("SHADOW") == "1"}
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
@@ -131,9 +141,10 @@ func PlanOf(tenant string) (tollgate.Plan, error) {
 }
 
 // NewLimiter returns the apps' Limiter, the handler of their GET /metrics,
-// and a function that releases what it holds. Buckets live in memory unless
-// cfg.RedisURL is set; then they live in Redis, shared by every replica
-// that uses the same Redis.
+// the handler of the upgrade-candidates page (nil unless cfg.AdminToken is
+// set), and a function that releases what they hold. Buckets live in memory
+// unless cfg.RedisURL is set; then they live in Redis, shared by every
+// replica that uses the same Redis, and so do the page's candidates.
 //
 // /metrics serves the Limiter's decisions (tollgateprom: by plan, policy,
 // route and outcome, never by tenant), the store's figures, and the Go
@@ -145,50 +156,68 @@ func PlanOf(tenant string) (tollgate.Plan, error) {
 // warning, and serves every request without limits (tollgate.FailOpen) and
 // without rate-limit headers, until Redis answers again. Throttled requests
 // are logged on logger as JSON lines.
-func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, http.Handler, func(), error) {
-	store, closeStore, err := newStore(ctx, cfg.RedisURL, logger)
+func NewLimiter(ctx context.Context, cfg Config, logger *slog.Logger) (*tollgate.Limiter, http.Handler, http.Handler, func(), error) {
+	store, client, closeStore, err := newStore(ctx, cfg.RedisURL, logger)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	plans, err := tollgate.NewStaticResolver(PlanList(), DefaultPlan, Tenants())
 	if err != nil {
 		closeStore()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	metrics, err := tollgateprom.New(tollgateprom.WithStore(store))
 	if err != nil {
 		closeStore()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	l, err := tollgate.New(store, plans,
+	opts := []tollgate.Option{
 		// Fail-open is the default; it is spelled out because it is a
 		// choice: an API that answers without limits for a minute beats
 		// one that answers nothing. tollgate.FailClosed refuses instead.
 		tollgate.WithFailurePolicy(tollgate.FailOpen),
 		tollgate.WithLogger(logger),
 		tollgate.WithObserver(metrics),
-	)
+	}
+	if cfg.Shadow {
+		logger.Warn("shadow mode: every decision is made, logged and recorded, but no request is denied (SHADOW=1)")
+		opts = append(opts, tollgate.WithShadow())
+	}
+	tracker, admin, err := newInsights(cfg, client, logger)
 	if err != nil {
 		closeStore()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
+	}
+	release := closeStore
+	if tracker != nil {
+		opts = append(opts, tollgate.WithObserver(tracker))
+		release = func() {
+			_ = tracker.Close() // publishes its last counts while Redis is still open
+			closeStore()
+		}
+	}
+	l, err := tollgate.New(store, plans, opts...)
+	if err != nil {
+		release()
+		return nil, nil, nil, nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return l, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), closeStore, nil
+	return l, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), admin, release, nil
 }
 
-// newStore returns the store of the apps' limits. Both are
-// tollgate.MultiStores, which the trial's daily quota and the reports
-// budget need.
-func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.MultiStore, func(), error) {
+// newStore returns the store of the apps' limits, and its Redis client (nil
+// for the memory store). Both stores are tollgate.MultiStores, which the
+// trial's daily quota and the reports budget need.
+func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollgate.MultiStore, redis.UniversalClient, func(), error) {
 	if redisURL == "" {
 		logger.Info("rate limits kept in memory; each process counts on its own (set REDIS_URL to share them)",
 			slog.String("store", "memory"))
-		return memory.New(), func() {}, nil
+		return memory.New(), nil, func() {}, nil
 	}
 	opts, err := ParseRedisURL(redisURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// go-redis writes its own messages (failed dials, mostly) as plain
 	// lines on stderr; send them to the JSON log with everything else.
@@ -204,7 +233,7 @@ func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollga
 	store, err := redisstore.New(client)
 	if err != nil {
 		client.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	where := []any{slog.String("store", "redis"), slog.String("redis", opts.Addr), slog.Int("db", opts.DB)}
 	// The ping is only for the log: the store copes with a Redis that
@@ -217,7 +246,7 @@ func newStore(ctx context.Context, redisURL string, logger *slog.Logger) (tollga
 	} else {
 		logger.Info("rate limits shared through redis", where...)
 	}
-	return store, func() { client.Close() }, nil
+	return store, client, func() { client.Close() }, nil
 }
 
 // ParseRedisURL reads a redis:// or rediss:// URL such as REDIS_URL. Its

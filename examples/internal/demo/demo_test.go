@@ -120,7 +120,7 @@ func TestParseRedisURLHidesCredentials(t *testing.T) {
 // TestNewLimiterHidesCredentials: the error that an app logs when it
 // exits does not show the password either.
 func TestNewLimiterHidesCredentials(t *testing.T) {
-	_, _, _, err := NewLimiter(context.Background(), Config{RedisURL: "redis://user:secret@host:notaport/0"}, slog.New(slog.DiscardHandler))
+	_, _, _, _, err := NewLimiter(context.Background(), Config{RedisURL: "redis://user:secret@host:notaport/0"}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("no error for a bad port")
 	}
@@ -133,7 +133,7 @@ func TestNewLimiterHidesCredentials(t *testing.T) {
 // trial tenant's report meets the plan's bucket, its daily quota and the
 // reports budget, and takes from each.
 func TestEveryPolicyApplies(t *testing.T) {
-	l, _, closeStore, err := NewLimiter(context.Background(), Config{}, slog.New(slog.DiscardHandler))
+	l, _, _, closeStore, err := NewLimiter(context.Background(), Config{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestNewLimiterStartsWithRedisDown(t *testing.T) {
 	ln.Close()
 	// go-redis goes on dialling, and logging, in goroutines of its own.
 	logs := &lockedBuffer{}
-	l, _, closeStore, err := NewLimiter(context.Background(), Config{RedisURL: url}, slog.New(slog.NewJSONHandler(logs, nil)))
+	l, _, _, closeStore, err := NewLimiter(context.Background(), Config{RedisURL: url}, slog.New(slog.NewJSONHandler(logs, nil)))
 	if err != nil {
 		t.Fatalf("NewLimiter with Redis down: %v; want a limiter that fails open", err)
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package insights_test
+
+const raceEnabled = false
