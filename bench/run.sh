@@ -4,14 +4,14 @@
 # into results/, then prints the benchstat tables of docs/performance.md.
 # The Redis cases start a redis-server of their own on a loopback port (or
 # use the one TOLLGATE_TEST_REDIS names); redis-server must be on PATH.
-# SUITES picks some of memory, adapters and redis (default: all three);
+# SUITES picks some of memory, adapters, redis and wait (default: all);
 # the others' results are left as they are.
 set -euo pipefail
 cd "$(dirname "$0")"
 BENCHSTAT=${BENCHSTAT:-$(go env GOPATH)/bin/benchstat}
 [ -x "$BENCHSTAT" ] || go install golang.org/x/perf/cmd/benchstat@latest
 PASSES=${PASSES:-6}
-SUITES=${SUITES:-memory adapters redis}
+SUITES=${SUITES:-memory adapters redis wait}
 has() { [[ " $SUITES " == *" $1 "* ]]; }
 go test -c -o /tmp/tollgate-bench.test .
 run() { /tmp/tollgate-bench.test -test.run '^$' -test.benchmem "$@"; }
@@ -32,6 +32,7 @@ for i in $(seq "$PASSES"); do
 	fi
 	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt; fi
 	if has redis; then run -test.bench '^BenchmarkRedis' >> results/redis.txt; fi
+	if has wait; then run -test.bench '^BenchmarkWait' >> results/wait.txt; fi
 done
 for f in memory adapters; do
 	if has $f; then
@@ -42,6 +43,11 @@ done
 if has memory; then
 	echo "== memory, paired"
 	"$BENCHSTAT" results/memory-paired.txt
+fi
+if has wait; then
+	echo "== wait"
+	"$BENCHSTAT" -col /op -filter '.name:Wait' results/wait.txt
+	"$BENCHSTAT" -filter '.name:WaitPaired' results/wait.txt
 fi
 if has redis; then
 	echo "== redis"

@@ -296,12 +296,17 @@ func (l *Limiter) Decide(ctx context.Context, req *Request, d *Decision) error {
 }
 
 func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision) error {
+	var st decideState
+	return l.decideWith(ctx, req, d, &st)
+}
+
+// decideWith is decide with st's inputs (Wait's deadline).
+func (l *Limiter) decideWith(ctx context.Context, req *Request, d *Decision, st *decideState) error {
 	*d = Decision{Tenant: req.Tenant, Cost: req.Cost, Budget: req.Budget, Time: l.now()}
 	if d.Cost == 0 {
 		d.Cost = 1
 	}
-	var st decideState
-	err := l.decideInto(ctx, req, d, &st)
+	err := l.decideInto(ctx, req, d, st)
 	if err != nil {
 		d.Outcome, d.Allowed = OutcomeRejected, false
 		if st.kind == "" {
@@ -314,10 +319,18 @@ func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision) error {
 	return err
 }
 
-// decideState is what a decision records for its observers.
+// decideState is what a decision records for its observers, and what Wait
+// tells it and learns from it.
 type decideState struct {
 	latency time.Duration
 	kind    string
+
+	// until, if not zero, bounds the request's MaxDelay: the wait must
+	// end by then. It is counted from the decision's own clock reading,
+	// which spares Wait a reading of its own.
+	until time.Time
+	// maxDelay is the MaxDelay the store was given.
+	maxDelay time.Duration
 }
 
 func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, st *decideState) error {
@@ -342,9 +355,17 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, st 
 	if err := rs.checkCost(d.Cost); err != nil {
 		return l.misconfigured(ctx, req, fmt.Errorf("plan %q of tenant %q: %w", plan.Name, req.Tenant, err))
 	}
+	st.maxDelay = max(req.MaxDelay, 0)
+	if !st.until.IsZero() {
+		now := d.Time
+		if l.testClock {
+			now = time.Now() // deadlines are on the real clock
+		}
+		st.maxDelay = min(st.maxDelay, max(st.until.Sub(now), time.Microsecond))
+	}
 	op := ops.Get().(*Op)
 	defer ops.Put(op)
-	*op = Op{Kind: OpTake, Key: req.Tenant, Rules: rs.rules, Cost: d.Cost, MaxDelay: max(req.MaxDelay, 0), Now: d.Time,
+	*op = Op{Kind: OpTake, Key: req.Tenant, Rules: rs.rules, Cost: d.Cost, MaxDelay: st.maxDelay, Now: d.Time,
 		Deadline: l.deadline(d.Time), Results: op.Results[:0], Marks: op.Marks[:0]}
 	err = l.run(ctx, l.store, l.multi, op)
 	if len(l.observers) > 0 {

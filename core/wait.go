@@ -32,20 +32,19 @@ const maxWait = MaxWindow
 // failure policy decides at once: FailOpen proceeds, FailClosed returns the
 // store's error.
 func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
+	req.MaxDelay = maxWait
 	for {
-		maxDelay := maxWait
-		deadline, bounded := ctx.Deadline()
-		if bounded {
-			maxDelay = time.Until(deadline)
-		}
 		if err := ctx.Err(); err != nil {
 			return Decision{Tenant: req.Tenant, Cost: req.Cost}, err
 		}
-		req.MaxDelay = max(maxDelay, time.Microsecond)
+		// The deadline bounds the wait from the decision's time.
+		deadline, bounded := ctx.Deadline()
+		st := decideState{until: deadline}
 		var d Decision
-		if err := l.decide(ctx, &req, &d); err != nil {
+		if err := l.decideWith(ctx, &req, &d, &st); err != nil {
 			return d, err
 		}
+		maxDelay := st.maxDelay
 		switch {
 		case d.Degraded && !d.Allowed:
 			return d, fmt.Errorf("tollgate: Wait: the store failed under FailClosed: %w", d.Err)

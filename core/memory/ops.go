@@ -18,7 +18,7 @@ var _ tollgate.MultiStore = (*Store)(nil)
 // Do applies op, one atomic step on the rules of one key (see
 // tollgate.MultiStore): the tenant's main bucket is the one Take keeps
 // under the key; the other rules live in slots of their own. A take of the
-// main bucket alone, without MaxDelay, is Take at op.Now; every other Op is
+// main bucket alone is Take at op.Now, unless it reserves; every other Op is
 // decided on the states of all its rules at once and written back only if
 // none changed meanwhile, under the tenant's lock when it touches more than
 // the main bucket (doc.go tells why that is atomic). Do neither waits on
@@ -30,9 +30,16 @@ func (s *Store) Do(_ context.Context, op *tollgate.Op) error {
 	if b == nil {
 		return s.unusable()
 	}
-	if op.Kind == tollgate.OpTake && op.MaxDelay <= 0 && len(op.Rules) == 1 {
+	if op.Kind == tollgate.OpTake && len(op.Rules) == 1 {
 		if r := &op.Rules[0]; r.Sub == "" && r.Quota.IsZero() {
-			return b.takeMain(op, r.Limit)
+			err := b.takeMain(op, r.Limit)
+			// A reservation whose tokens are there is a take, and a
+			// denied take changed nothing: only one that must wait
+			// needs the general path (Limiter.Wait, mostly, which
+			// should cost a Take when it does not wait).
+			if op.MaxDelay <= 0 || err != nil || op.Allowed {
+				return err
+			}
 		}
 	}
 	return b.do(op)

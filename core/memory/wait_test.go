@@ -9,10 +9,9 @@ import (
 )
 
 // TestWait runs the kit's checks of Limiter.Wait with
-// storetest.WaitCallers goroutines on one Store, on its own clock: they are
-// served at the plan's rate, in the order they arrived.
+// storetest.WaitCallers goroutines on one Store, on its own clock.
 func TestWait(t *testing.T) {
-	store := memory.New()
-	t.Cleanup(func() { _ = store.Close() })
-	storetest.RunWait(t, []tollgate.MultiStore{store})
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	storetest.RunWait(t, []tollgate.MultiStore{s})
 }
