@@ -61,6 +61,12 @@ func clamp(us int64) int64 {
 // against the runtime's clock 10 ms after the origin and every second from
 // then on; a rate that drifts by more than a thousandth between two
 // measures turns the counter off for good.
+//
+// A GCRA bucket that sees time go back denies a request that has its
+// tokens, so the counter's clock never steps: each new rate starts where
+// the previous one reads, and is slewed by the difference to the runtime's
+// clock so that the two meet one second later. The one step left is when
+// the counter is turned off, back by at most a millisecond, once.
 var (
 	mono      tscClock
 	startMono sync.Once
@@ -77,18 +83,34 @@ type tscClock struct {
 }
 
 // A tscAnchor is a counter reading and the runtime's clock at the same
-// instant, and the rate measured up to it. It is never changed once
-// published.
+// instant, the rate measured up to it, and what the clock reads at it. It
+// is never changed once published.
 type tscAnchor struct {
 	tsc int64 // a counter reading
 	ns  int64 // nanotime() at the same instant
 
-	// ns - originNano as whole microseconds and a fraction of 2^64
+	// the clock's reading at tsc, in whole microseconds since the origin
+	// and a fraction of 2^64
 	us     int64
 	usFrac uint64
 
-	usPerTick uint64 // a fraction of 2^64; 0 when not measured yet
+	rate      uint64 // measured microseconds a tick, a fraction of 2^64; 0 when not measured yet
+	usPerTick uint64 // rate, slewed: what the clock advances by a tick
 	span      uint64 // ticks after tsc when to measure again
+}
+
+// at returns the clock's reading d ticks after the anchor, in whole
+// microseconds and a fraction of 2^64.
+func (a *tscAnchor) at(d uint64) (us int64, frac uint64) {
+	hi, lo := bits.Mul64(d, a.usPerTick)
+	frac, carry := bits.Add64(lo, a.usFrac, 0)
+	return a.us + int64(min(hi+carry, maxNow)), frac
+}
+
+// read returns the clock's reading d ticks after the anchor.
+func (a *tscAnchor) read(d uint64) int64 {
+	us, _ := a.at(d)
+	return min(us, maxNow)
 }
 
 const (
@@ -101,6 +123,10 @@ const (
 	// tscPairTicks bounds the ticks between the two counter readings
 	// around a clock reading (about 1 µs at 10 GHz, 10 µs at 1 GHz).
 	tscPairTicks = 10_000
+
+	// tscMaxSlew bounds the difference to the runtime's clock that one
+	// recalibration takes out, in ns: a thousandth of its period.
+	tscMaxSlew = int64(tscRecalibration / 1000)
 )
 
 func (c *tscClock) start() {
@@ -109,7 +135,7 @@ func (c *tscClock) start() {
 	if !tscUsable() {
 		return
 	}
-	if t, n, ok := tscPair(); ok {
+	if _, t, n, ok := tscPair(); ok {
 		c.last = &tscAnchor{tsc: t, ns: n}
 		c.state.Store(tscOn)
 	}
@@ -118,12 +144,12 @@ func (c *tscClock) start() {
 // tscPair reads the counter and the runtime's clock at one instant: a pair
 // of readings is only as good as the time between them, so the counter is
 // read on both sides, and the pair refused if the goroutine was held up in
-// between.
-func tscPair() (tsc, ns int64, ok bool) {
-	before := rdtsc()
+// between. tsc is the middle of the two readings, before the first.
+func tscPair() (before, tsc, ns int64, ok bool) {
+	before = rdtsc()
 	ns = nanotime()
 	after := rdtsc()
-	return before + (after-before)/2, ns, after-before <= tscPairTicks
+	return before, before + (after-before)/2, ns, after-before <= tscPairTicks
 }
 
 // micros returns the whole microseconds since the origin: from the counter
@@ -131,12 +157,22 @@ func tscPair() (tsc, ns int64, ok bool) {
 func (c *tscClock) micros() int64 {
 	if a := c.anchor.Load(); a != nil {
 		if d := uint64(rdtsc() - a.tsc); d <= a.span {
-			hi, lo := bits.Mul64(d, a.usPerTick)
-			_, carry := bits.Add64(lo, a.usFrac, 0)
-			return min(a.us+int64(hi+carry), maxNow)
+			return a.read(d)
 		}
 	}
-	return clamp((c.measure() - c.originNano) / 1000)
+	return c.slow()
+}
+
+// slow reads the clock when the anchor is older than its span, or there is
+// none: it measures the counter anew if no other goroutine is at it, and
+// reads from the latest anchor still, so that the clock does not step to
+// the runtime's.
+func (c *tscClock) slow() int64 {
+	n := c.measure()
+	if a := c.anchor.Load(); a != nil {
+		return a.read(uint64(max(rdtsc()-a.tsc, 0)))
+	}
+	return clamp((n - c.originNano) / 1000)
 }
 
 // measure reads the runtime's clock and, unless another goroutine is at it,
@@ -147,21 +183,49 @@ func (c *tscClock) measure() int64 {
 		return n
 	}
 	defer c.mu.Unlock()
-	t, n, ok := tscPair()
+	before, t, n, ok := tscPair()
 	if !ok || c.state.Load() != tscOn {
 		return n
 	}
-	switch m, span, v := recalibrate(c.last.tsc, c.last.ns, c.last.usPerTick, t, n); v {
+	switch m, span, v := recalibrate(c.last.tsc, c.last.ns, c.last.rate, t, n); v {
 	case tscBroken:
 		c.state.Store(tscOff)
 		c.anchor.Store(nil)
 	case tscMeasured:
-		since := uint64(max(n-c.originNano, 0))
-		frac, _ := bits.Div64(since%1000, 0, 1000)
-		c.last = &tscAnchor{tsc: t, ns: n, us: int64(since / 1000), usFrac: frac, usPerTick: m, span: span}
+		c.last = nextAnchor(c.anchor.Load(), before, t, n-c.originNano, m, span)
+		c.last.ns = n
 		c.anchor.Store(c.last)
 	}
 	return n
+}
+
+// nextAnchor makes the anchor at counter reading t, where the runtime's
+// clock read since ns after the origin between counter readings before
+// and t, for a measured rate m and its span. The new anchor reads what prev
+// reads at t, and advances at m slewed by the difference to the runtime's
+// clock, so that it meets that clock a span later. With no prev it starts
+// from the runtime's clock, as read at before: never behind what that
+// clock read before the counter took over.
+func nextAnchor(prev *tscAnchor, before, t, since int64, m, span uint64) *tscAnchor {
+	a := &tscAnchor{tsc: t, rate: m, usPerTick: m, span: span}
+	if prev == nil {
+		first := &tscAnchor{us: since / 1000, usPerTick: m}
+		first.usFrac, _ = bits.Div64(uint64(since%1000), 0, 1000)
+		a.us, a.usFrac = first.at(uint64(t - before))
+		return a
+	}
+	a.us, a.usFrac = prev.at(uint64(max(t-prev.tsc, 0)))
+	ahead := (a.us*1000 + int64((a.usFrac>>32)*1000>>32)) - since
+	ahead = min(max(ahead, -tscMaxSlew), tscMaxSlew)
+	// usPerTick = m (1 s - ahead) / 1 s
+	hi, lo := bits.Mul64(m, uint64(max(ahead, -ahead)))
+	adj, _ := bits.Div64(hi, lo, uint64(tscRecalibration))
+	if ahead > 0 {
+		a.usPerTick = m - adj
+	} else {
+		a.usPerTick = m + adj
+	}
+	return a
 }
 
 // What recalibrate found.

@@ -49,27 +49,72 @@ func usPerTick(nsPerTick float64) uint64 {
 	return uint64(nsPerTick / 1000 * (1 << 64))
 }
 
-// TestMonoFollowsNanotime checks the clock on this machine, counter or
-// not: after the first calibration it stays within 50 µs of the runtime's
-// clock and never goes back by more than a microsecond.
-func TestMonoFollowsNanotime(t *testing.T) {
-	startMono.Do(mono.start)
-	for range 3 {
-		mono.micros()
-		time.Sleep(tscFirstCalibration)
+// TestNextAnchor: a new rate starts where the old one reads, whichever
+// side of the runtime's clock that is, and meets that clock a span later.
+func TestNextAnchor(t *testing.T) {
+	m := usPerTick(1.0 / 3) // 3 GHz
+	const span = 3e9        // one second of ticks
+	for _, ahead := range []int64{0, 1, -1, 2_500, -2_500, 400_000, -400_000, 5e6, -5e6} {
+		prev := &tscAnchor{tsc: 1e12, us: 7_000_000, usFrac: 1 << 63, rate: m, usPerTick: m, span: span}
+		at := int64(1e12 + span)
+		reads, frac := prev.at(uint64(at - prev.tsc))
+		readsNs := reads*1000 + int64(frac>>54)*1000>>10
+		next := nextAnchor(prev, at-100, at, readsNs-ahead, m, span)
+		if us, f := next.at(0); us != reads || f != frac {
+			t.Errorf("ahead %d ns: the new anchor reads %d+%x, the old one %d+%x", ahead, us, f, reads, frac)
+		}
+		if next.rate != m || next.span != span {
+			t.Errorf("ahead %d ns: rate %x span %d, want %x %d", ahead, next.rate, next.span, m, uint64(span))
+		}
+		// A span later the clock is the runtime's, within a microsecond, or
+		// a millisecond nearer to it when it was further off than that.
+		later := next.read(span)
+		want := (readsNs - ahead + int64(time.Second)) / 1000
+		left := min(max(ahead, -tscMaxSlew), tscMaxSlew)
+		if off := later - want - (ahead-left)/1000; off < -1 || off > 1 {
+			t.Errorf("ahead %d ns: a span later the clock reads %d µs, want %d", ahead, later, want+(ahead-left)/1000)
+		}
 	}
-	t.Logf("counter in use: %v", mono.anchor.Load() != nil)
+}
+
+// TestFirstAnchorNotBehind: when the counter takes over, it reads no less
+// than the runtime's clock did at its pair.
+func TestFirstAnchorNotBehind(t *testing.T) {
+	m := usPerTick(1.0 / 3)
+	for _, since := range []int64{10_000_000, 10_000_999, 12_345_678} {
+		a := nextAnchor(nil, 1000, 1600, since, m, 3e9)
+		if got := a.read(0); got < since/1000 || got > since/1000+1 {
+			t.Errorf("since %d ns: the first anchor reads %d µs", since, got)
+		}
+	}
+}
+
+// TestMonoFollowsNanotime checks the clock on this machine, counter or
+// not: through the first calibration and two recalibrations (about two
+// seconds of reads) it stays within 50 µs of the runtime's clock and never
+// goes back.
+func TestMonoFollowsNanotime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads the clock for two seconds")
+	}
+	startMono.Do(mono.start)
 	last := mono.micros()
-	for i := range 100_000 {
+	anchors := map[*tscAnchor]bool{}
+	deadline := nanotime() + int64(3*time.Second)
+	for i := 0; len(anchors) < 3 && nanotime() < deadline; i++ {
 		before := (nanotime() - mono.originNano) / 1000
 		got := mono.micros()
 		after := (nanotime() - mono.originNano) / 1000
 		if got < before-50 || got > after+50 {
 			t.Fatalf("read %d: %d µs outside [%d, %d] by more than 50 µs", i, got, before, after)
 		}
-		if got < last-1 {
+		if got < last {
 			t.Fatalf("read %d went back %d µs", i, last-got)
 		}
-		last = max(last, got)
+		last = got
+		if a := mono.anchor.Load(); a != nil {
+			anchors[a] = true
+		}
 	}
+	t.Logf("counter in use: %v; anchors seen: %d", mono.anchor.Load() != nil, len(anchors))
 }
