@@ -4,15 +4,15 @@
 # into results/, then prints the benchstat tables of docs/performance.md.
 # The Redis cases start a redis-server of their own on a loopback port (or
 # use the one TOLLGATE_TEST_REDIS names); redis-server must be on PATH.
-# SUITES picks some of memory, adapters, redis, wait, metrics and insights
-# (default: all);
+# SUITES picks some of memory, adapters, redis, wait, metrics, insights and
+# policies (default: all);
 # the others' results are left as they are.
 set -euo pipefail
 cd "$(dirname "$0")"
 BENCHSTAT=${BENCHSTAT:-$(go env GOPATH)/bin/benchstat}
 [ -x "$BENCHSTAT" ] || go install golang.org/x/perf/cmd/benchstat@latest
 PASSES=${PASSES:-6}
-SUITES=${SUITES:-memory adapters redis wait metrics insights}
+SUITES=${SUITES:-memory adapters redis wait metrics insights policies}
 has() { [[ " $SUITES " == *" $1 "* ]]; }
 go test -c -o /tmp/tollgate-bench.test .
 run() { /tmp/tollgate-bench.test -test.run '^$' -test.benchmem "$@"; }
@@ -34,16 +34,17 @@ for i in $(seq "$PASSES"); do
 	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt; fi
 	if has redis; then run -test.bench '^BenchmarkRedis' >> results/redis.txt; fi
 	if has wait; then run -test.bench '^BenchmarkWait' >> results/wait.txt; fi
+	if has policies; then run -test.bench '^BenchmarkPolicies$' >> results/policies.txt; fi
 	if has metrics; then run -test.bench '^BenchmarkMetrics$' >> results/metrics.txt; fi
 	if has insights; then
 		run -test.bench '^BenchmarkInsights(Observe|ObserveParallel|Decision)$' >> results/insights.txt
 		run -test.bench '^BenchmarkInsightsHeap$' -test.benchtime 1x >> results/insights.txt
 	fi
 done
-for f in memory adapters metrics insights; do
+for f in memory adapters metrics insights policies; do
 	if has $f; then
 		echo "== $f"
-		col=/lib; [ $f = metrics ] && col=/metrics
+		col=/lib; [ $f = metrics ] && col=/metrics; [ $f = policies ] && col=/policies
 		"$BENCHSTAT" -col $col results/$f.txt
 	fi
 done

@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+)
+
+// policiesTenants is the number of tenants of BenchmarkPolicies.
+const policiesTenants = 10_000
+
+// BenchmarkPolicies measures what a daily quota adds to a decision on the
+// memory store: Limiter.Decide on allowed requests of 10,000 tenants whose
+// plan is a token bucket alone (policies=bucket) or the same bucket and a
+// daily quota, checked together (policies=bucket+daily). The budget is
+// 1.3x. `benchstat -col /policies` sets them side by side.
+func BenchmarkPolicies(b *testing.B) {
+	bucket := tollgate.Limit{Rate: 1e6, Burst: 1e9} // no request reaches it
+	plans := map[string]tollgate.Plan{
+		"bucket": {Name: "growth", Limit: bucket},
+		"bucket+daily": {Name: "growth", Limit: bucket, Policies: []tollgate.Policy{
+			{Quota: tollgate.PerDay(1e14)},
+		}},
+	}
+	reqs := make([]tollgate.Request, policiesTenants)
+	for i := range reqs {
+		reqs[i] = tollgate.Request{Tenant: fmt.Sprint("tenant-", i), Method: "GET", Route: "GET /api/hello"}
+	}
+	for _, mode := range []string{"serial", "parallel"} {
+		for _, name := range []string{"bucket", "bucket+daily"} {
+			b.Run(fmt.Sprintf("case=%s/policies=%s", mode, name), func(b *testing.B) {
+				s := memory.New()
+				b.Cleanup(func() { s.Close() })
+				l, err := tollgate.New(s, tollgate.SinglePlan(plans[name]), tollgate.WithLogger(nil))
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				var d tollgate.Decision
+				for i := range reqs { // every tenant's buckets made before the timer
+					l.Decide(ctx, &reqs[i], &d)
+				}
+				var denied atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := cpuTime()
+				if mode == "serial" {
+					i := 0
+					for range b.N {
+						if l.Decide(ctx, &reqs[i], &d); !d.Allowed {
+							denied.Add(1)
+						}
+						if i++; i == len(reqs) {
+							i = 0
+						}
+					}
+				} else {
+					b.RunParallel(func(pb *testing.PB) {
+						var d tollgate.Decision
+						i, n := rand.IntN(len(reqs)), int64(0)
+						req := make([]tollgate.Request, len(reqs))
+						copy(req, reqs)
+						for pb.Next() {
+							if l.Decide(ctx, &req[i], &d); !d.Allowed {
+								n++
+							}
+							if i++; i == len(req) {
+								i = 0
+							}
+						}
+						denied.Add(n)
+					})
+				}
+				reportCPU(b, cpu)
+				if n := denied.Load(); n > 0 {
+					b.Fatalf("%d of %d decisions denied; the plan must allow all", n, b.N)
+				}
+			})
+		}
+	}
+}
