@@ -3,10 +3,7 @@
 package bench
 
 import (
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
@@ -46,9 +43,8 @@ import (
 //     cpu-ns/op does not, and is the figure to compare there.
 
 const (
-	chiFiberTenants = 10_000
-	chiFiberBurst   = 1_000_000_000
-	chiFiberWindow  = 1000 * time.Second
+	chiFiberBurst  = 1_000_000_000
+	chiFiberWindow = 1000 * time.Second
 )
 
 // chiFiberLimit is chiFiberBurst tokens refilled over chiFiberWindow.
@@ -67,121 +63,66 @@ func chiFiberLimiter(b *testing.B) *tollgate.Limiter {
 // BenchmarkAdapter measures what a rate limiter adds to a request served by
 // chi and by Fiber; run with `benchstat -col /lib`.
 func BenchmarkAdapter(b *testing.B) {
-	tenants := make([]string, chiFiberTenants)
-	for i := range tenants {
-		tenants[i] = "tenant-" + strconv.Itoa(i)
-	}
-
-	chiCases := []struct {
-		name       string
-		middleware func(b *testing.B) func(http.Handler) http.Handler
-	}{
-		{"bare", nil},
-		{"httprate", func(*testing.B) func(http.Handler) http.Handler {
-			return httprate.LimitBy(chiFiberBurst, chiFiberWindow, func(r *http.Request) (string, error) {
-				return r.Header.Get("X-Tenant-ID"), nil
-			})
-		}},
-		{"tollgate", func(b *testing.B) func(http.Handler) http.Handler {
-			return tollgatechi.Middleware(chiFiberLimiter(b))
-		}},
-	}
+	tenants := adapterTenantIDs()
+	reqs := adapterRequests(tenants)
 	for _, c := range chiCases {
 		b.Run("fw=chi/lib="+c.name, func(b *testing.B) {
-			r := chi.NewRouter()
-			if c.middleware != nil {
-				r.Use(c.middleware(b))
-			}
-			r.Get("/api/hello", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
-			reqs := make([]*http.Request, len(tenants))
-			for i, t := range tenants {
-				reqs[i] = httptest.NewRequest("GET", "/api/hello", nil)
-				reqs[i].Header.Set("X-Tenant-ID", t)
-			}
-			w := &discardWriter{header: make(http.Header)}
-			serve := func(i int) {
-				clear(w.header)
-				w.status = 0
-				r.ServeHTTP(w, reqs[i])
-				if w.status != http.StatusOK {
-					b.Fatalf("status %d for %s, want 200", w.status, tenants[i])
-				}
-			}
-			for i := range reqs {
-				serve(i) // track every tenant before the timer starts
-			}
-			if c.name != "bare" && w.header.Get("X-Ratelimit-Remaining") == "" {
-				b.Fatalf("%s wrote no rate-limit headers: %v", c.name, w.header)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := cpuTime()
-			i := 0
-			for range b.N {
-				serve(i)
-				if i++; i == len(reqs) {
-					i = 0
-				}
-			}
-			reportCPU(b, cpu)
+			serve, has := httpServe(b, chiRouter(c.build(b)), reqs)
+			runAdapter(b, serve, c.name != "bare", has)
 		})
-	}
-
-	fiberCases := []struct {
-		name       string
-		middleware func(b *testing.B) fiber.Handler
-	}{
-		{"bare", nil},
-		{"limiter", func(*testing.B) fiber.Handler {
-			return fiberlimiter.New(fiberlimiter.Config{
-				Max:          chiFiberBurst,
-				Expiration:   chiFiberWindow,
-				KeyGenerator: func(c *fiber.Ctx) string { return c.Get("X-Tenant-ID") },
-			})
-		}},
-		{"tollgate", func(b *testing.B) fiber.Handler {
-			return tollgatefiber.New(tollgatefiber.Config{Limiter: chiFiberLimiter(b)})
-		}},
 	}
 	for _, c := range fiberCases {
 		b.Run("fw=fiber/lib="+c.name, func(b *testing.B) {
-			app := fiber.New(fiber.Config{DisableStartupMessage: true})
-			if c.middleware != nil {
-				app.Use(c.middleware(b))
-			}
-			app.Get("/api/hello", func(c *fiber.Ctx) error { return c.SendString("ok") })
-			handler := app.Handler()
-
-			var req fasthttp.Request
-			req.Header.SetMethod(fasthttp.MethodGet)
-			req.SetRequestURI("/api/hello")
-			var ctx fasthttp.RequestCtx
-			ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
-			serve := func(i int) {
-				ctx.Request.Header.Set("X-Tenant-ID", tenants[i])
-				ctx.Response.Reset()
-				handler(&ctx)
-				if s := ctx.Response.StatusCode(); s != fiber.StatusOK {
-					b.Fatalf("status %d for %s, want 200", s, tenants[i])
-				}
-			}
-			for i := range tenants {
-				serve(i) // track every tenant before the timer starts
-			}
-			if c.name != "bare" && len(ctx.Response.Header.Peek("X-Ratelimit-Remaining")) == 0 {
-				b.Fatalf("%s wrote no rate-limit headers:\n%s", c.name, ctx.Response.Header.String())
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := cpuTime()
-			i := 0
-			for range b.N {
-				serve(i)
-				if i++; i == len(tenants) {
-					i = 0
-				}
-			}
-			reportCPU(b, cpu)
+			serve, has := fasthttpServe(b, fiberHandler(c.build(b)), tenants)
+			runAdapter(b, serve, c.name != "bare", has)
 		})
 	}
+}
+
+// chiCases are chi's middlewares: none, httprate, tollgate's.
+var chiCases = []adapterCase[func(http.Handler) http.Handler]{
+	{"bare", nil},
+	{"httprate", func(*testing.B) func(http.Handler) http.Handler {
+		return httprate.LimitBy(chiFiberBurst, chiFiberWindow, func(r *http.Request) (string, error) {
+			return r.Header.Get("X-Tenant-ID"), nil
+		})
+	}},
+	{"tollgate", func(b *testing.B) func(http.Handler) http.Handler {
+		return tollgatechi.Middleware(chiFiberLimiter(b))
+	}},
+}
+
+// chiRouter serves GET /api/hello behind mw, if any.
+func chiRouter(mw func(http.Handler) http.Handler) http.Handler {
+	r := chi.NewRouter()
+	if mw != nil {
+		r.Use(mw)
+	}
+	r.Get("/api/hello", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
+	return r
+}
+
+// fiberCases are Fiber's middlewares: none, its limiter, tollgate's.
+var fiberCases = []adapterCase[fiber.Handler]{
+	{"bare", nil},
+	{"limiter", func(*testing.B) fiber.Handler {
+		return fiberlimiter.New(fiberlimiter.Config{
+			Max:          chiFiberBurst,
+			Expiration:   chiFiberWindow,
+			KeyGenerator: func(c *fiber.Ctx) string { return c.Get("X-Tenant-ID") },
+		})
+	}},
+	{"tollgate", func(b *testing.B) fiber.Handler {
+		return tollgatefiber.New(tollgatefiber.Config{Limiter: chiFiberLimiter(b)})
+	}},
+}
+
+// fiberHandler serves GET /api/hello behind mw, if any.
+func fiberHandler(mw fiber.Handler) fasthttp.RequestHandler {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	if mw != nil {
+		app.Use(mw)
+	}
+	app.Get("/api/hello", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	return app.Handler()
 }

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
@@ -41,9 +39,8 @@ import (
 //     headers are cleared between requests.
 
 const (
-	ginEchoTenants = 10_000
-	ginEchoBurst   = 1_000_000_000
-	ginEchoWindow  = 1000 * time.Second
+	ginEchoBurst  = 1_000_000_000
+	ginEchoWindow = 1000 * time.Second
 )
 
 // ginEchoRate is ginEchoBurst tokens a ginEchoWindow, in tokens a second.
@@ -62,101 +59,71 @@ func ginEchoLimiter(b *testing.B) *tollgate.Limiter {
 
 func ginEchoTenantHeader(c *gin.Context) string { return c.Request.Header.Get("X-Tenant-ID") }
 
+// ginCases are gin's middlewares: none, its usual limiter, tollgate's.
+var ginCases = []adapterCase[gin.HandlerFunc]{
+	{"bare", nil},
+	{"ulule", func(*testing.B) gin.HandlerFunc {
+		l := ulule.New(ulmem.NewStore(), ulule.Rate{Period: ginEchoWindow, Limit: ginEchoBurst})
+		return ululegin.NewMiddleware(l, ululegin.WithKeyGetter(ginEchoTenantHeader))
+	}},
+	{"tollgate", func(b *testing.B) gin.HandlerFunc {
+		return tollgategin.New(ginEchoLimiter(b))
+	}},
+}
+
+// ginRouter serves GET /api/hello behind mw, if any.
+func ginRouter(mw gin.HandlerFunc) http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	if mw != nil {
+		r.Use(mw)
+	}
+	r.GET("/api/hello", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	return r
+}
+
+// echoCases are Echo's middlewares: none, its RateLimiter, tollgate's.
+var echoCases = []adapterCase[echo.MiddlewareFunc]{
+	{"bare", nil},
+	{"ratelimiter", func(*testing.B) echo.MiddlewareFunc {
+		return echomw.RateLimiterWithConfig(echomw.RateLimiterConfig{
+			Store: echomw.NewRateLimiterMemoryStoreWithConfig(echomw.RateLimiterMemoryStoreConfig{
+				Rate: rate.Limit(ginEchoRate), Burst: ginEchoBurst, ExpiresIn: ginEchoWindow,
+			}),
+			IdentifierExtractor: func(c echo.Context) (string, error) {
+				return c.Request().Header.Get("X-Tenant-ID"), nil
+			},
+		})
+	}},
+	{"tollgate", func(b *testing.B) echo.MiddlewareFunc {
+		return tollgateecho.Middleware(ginEchoLimiter(b))
+	}},
+}
+
+// echoRouter serves GET /api/hello behind mw, if any.
+func echoRouter(mw echo.MiddlewareFunc) http.Handler {
+	e := echo.New()
+	if mw != nil {
+		e.Use(mw)
+	}
+	e.GET("/api/hello", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	return e
+}
+
 // BenchmarkAdapterGinEcho measures what a rate limiter adds to a request
 // served by gin and by Echo; run with `benchstat -col /lib`.
 func BenchmarkAdapterGinEcho(b *testing.B) {
-	gin.SetMode(gin.ReleaseMode)
-	tenants := make([]string, ginEchoTenants)
-	reqs := make([]*http.Request, ginEchoTenants)
-	for i := range tenants {
-		tenants[i] = "tenant-" + strconv.Itoa(i)
-		reqs[i] = httptest.NewRequest("GET", "/api/hello", nil)
-		reqs[i].Header.Set("X-Tenant-ID", tenants[i])
-	}
-
-	ginCases := []struct {
-		name       string
-		middleware func(b *testing.B) gin.HandlerFunc
-	}{
-		{"bare", nil},
-		{"ulule", func(*testing.B) gin.HandlerFunc {
-			l := ulule.New(ulmem.NewStore(), ulule.Rate{Period: ginEchoWindow, Limit: ginEchoBurst})
-			return ululegin.NewMiddleware(l, ululegin.WithKeyGetter(ginEchoTenantHeader))
-		}},
-		{"tollgate", func(b *testing.B) gin.HandlerFunc {
-			return tollgategin.New(ginEchoLimiter(b))
-		}},
-	}
+	reqs := adapterRequests(adapterTenantIDs())
 	for _, c := range ginCases {
 		b.Run("fw=gin/lib="+c.name, func(b *testing.B) {
-			r := gin.New()
-			if c.middleware != nil {
-				r.Use(c.middleware(b))
-			}
-			r.GET("/api/hello", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-			runAdapterGinEcho(b, r, reqs, c.name != "bare")
+			serve, has := httpServe(b, ginRouter(c.build(b)), reqs)
+			runAdapter(b, serve, c.name != "bare", has)
 		})
-	}
-
-	echoCases := []struct {
-		name       string
-		middleware func(b *testing.B) echo.MiddlewareFunc
-	}{
-		{"bare", nil},
-		{"ratelimiter", func(*testing.B) echo.MiddlewareFunc {
-			return echomw.RateLimiterWithConfig(echomw.RateLimiterConfig{
-				Store: echomw.NewRateLimiterMemoryStoreWithConfig(echomw.RateLimiterMemoryStoreConfig{
-					Rate: rate.Limit(ginEchoRate), Burst: ginEchoBurst, ExpiresIn: ginEchoWindow,
-				}),
-				IdentifierExtractor: func(c echo.Context) (string, error) {
-					return c.Request().Header.Get("X-Tenant-ID"), nil
-				},
-			})
-		}},
-		{"tollgate", func(b *testing.B) echo.MiddlewareFunc {
-			return tollgateecho.Middleware(ginEchoLimiter(b))
-		}},
 	}
 	for _, c := range echoCases {
 		b.Run("fw=echo/lib="+c.name, func(b *testing.B) {
-			e := echo.New()
-			if c.middleware != nil {
-				e.Use(c.middleware(b))
-			}
-			e.GET("/api/hello", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
-			runAdapterGinEcho(b, e, reqs, c.name == "tollgate")
+			serve, has := httpServe(b, echoRouter(c.build(b)), reqs)
+			runAdapter(b, serve, c.name == "tollgate", has)
 		})
 	}
-}
-
-// runAdapterGinEcho serves reqs through h in turn, b.N times in all, and
-// fails unless every answer is 200 and, if headers is set, carries the
-// rate-limit headers.
-func runAdapterGinEcho(b *testing.B, h http.Handler, reqs []*http.Request, headers bool) {
-	w := &discardWriter{header: make(http.Header)}
-	serve := func(i int) {
-		clear(w.header)
-		w.status = 0
-		h.ServeHTTP(w, reqs[i])
-		if w.status != http.StatusOK {
-			b.Fatalf("status %d for %s, want 200", w.status, reqs[i].Header.Get("X-Tenant-ID"))
-		}
-	}
-	for i := range reqs {
-		serve(i) // track every tenant before the timer starts
-	}
-	if headers && w.header.Get("X-Ratelimit-Remaining") == "" {
-		b.Fatalf("no rate-limit headers written: %v", w.header)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := cpuTime()
-	i := 0
-	for range b.N {
-		serve(i)
-		if i++; i == len(reqs) {
-			i = 0
-		}
-	}
-	reportCPU(b, cpu0)
 }

@@ -3,10 +3,7 @@
 package bench
 
 import (
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
@@ -46,9 +43,8 @@ import (
 //     reportCPU), the figure to compare on a busy machine.
 
 const (
-	majorsTenants = 10_000
-	majorsBurst   = 1_000_000_000
-	majorsRate    = majorsBurst / 1000.0 // tokens a second
+	majorsBurst = 1_000_000_000
+	majorsRate  = majorsBurst / 1000.0 // tokens a second
 )
 
 // majorsWindow is the window of the fixed-window and expiring limiters.
@@ -65,124 +61,73 @@ func majorsLimiter(b *testing.B) *tollgate.Limiter {
 	return l
 }
 
-func majorsTenantIDs() []string {
-	tenants := make([]string, majorsTenants)
-	for i := range tenants {
-		tenants[i] = "tenant-" + strconv.Itoa(i)
-	}
-	return tenants
-}
-
-// BenchmarkAdapterV5V3 measures what a rate limiter adds to a request
-// served by Echo v5 and by Fiber v3; run with `benchstat -col /lib`.
+// BenchmarkAdapterV5V3 is the adapter benchmark on Echo v5 and Fiber v3.
 func BenchmarkAdapterV5V3(b *testing.B) {
-	tenants := majorsTenantIDs()
-
-	echoCases := []struct {
-		name       string
-		middleware func(b *testing.B) echo.MiddlewareFunc
-	}{
-		{"bare", nil},
-		{"ratelimiter", func(*testing.B) echo.MiddlewareFunc {
-			return echov5mw.RateLimiterWithConfig(echov5mw.RateLimiterConfig{
-				Store: echov5mw.NewRateLimiterMemoryStoreWithConfig(echov5mw.RateLimiterMemoryStoreConfig{
-					Rate: majorsRate, Burst: majorsBurst, ExpiresIn: majorsWindow,
-				}),
-				IdentifierExtractor: func(c *echo.Context) (string, error) {
-					return c.Request().Header.Get("X-Tenant-ID"), nil
-				},
-			})
-		}},
-		{"tollgate", func(b *testing.B) echo.MiddlewareFunc {
-			return tollgateechov5.Middleware(majorsLimiter(b))
-		}},
-	}
-	reqs := make([]*http.Request, len(tenants))
-	for i, t := range tenants {
-		reqs[i] = httptest.NewRequest("GET", "/api/hello", nil)
-		reqs[i].Header.Set("X-Tenant-ID", t)
-	}
-	for _, c := range echoCases {
+	tenants := adapterTenantIDs()
+	reqs := adapterRequests(tenants)
+	for _, c := range echov5Cases {
 		b.Run("fw=echov5/lib="+c.name, func(b *testing.B) {
-			e := echo.New()
-			if c.middleware != nil {
-				e.Use(c.middleware(b))
-			}
-			e.GET("/api/hello", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
-			w := &discardWriter{header: make(http.Header)}
-			serve := func(i int) {
-				clear(w.header)
-				w.status = 0
-				e.ServeHTTP(w, reqs[i])
-				if w.status != http.StatusOK {
-					b.Fatalf("status %d for %s, want 200", w.status, tenants[i])
-				}
-			}
-			runMajors(b, serve, c.name == "tollgate", func() bool { return w.header.Get("X-Ratelimit-Remaining") != "" })
+			serve, has := httpServe(b, echov5Router(c.build(b)), reqs)
+			runAdapter(b, serve, c.name == "tollgate", has)
 		})
 	}
-
-	fiberCases := []struct {
-		name       string
-		middleware func(b *testing.B) fiber.Handler
-	}{
-		{"bare", nil},
-		{"limiter", func(*testing.B) fiber.Handler {
-			return fiberv3limiter.New(fiberv3limiter.Config{
-				Max:          majorsBurst,
-				Expiration:   majorsWindow,
-				KeyGenerator: func(c fiber.Ctx) string { return c.Get("X-Tenant-ID") },
-			})
-		}},
-		{"tollgate", func(b *testing.B) fiber.Handler {
-			return tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: majorsLimiter(b)})
-		}},
-	}
-	for _, c := range fiberCases {
+	for _, c := range fiberv3Cases {
 		b.Run("fw=fiberv3/lib="+c.name, func(b *testing.B) {
-			app := fiber.New()
-			if c.middleware != nil {
-				app.Use(c.middleware(b))
-			}
-			app.Get("/api/hello", func(c fiber.Ctx) error { return c.SendString("ok") })
-			handler := app.Handler()
-
-			var req fasthttp.Request
-			req.Header.SetMethod(fasthttp.MethodGet)
-			req.SetRequestURI("/api/hello")
-			var ctx fasthttp.RequestCtx
-			ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
-			serve := func(i int) {
-				ctx.Request.Header.Set("X-Tenant-ID", tenants[i])
-				ctx.Response.Reset()
-				handler(&ctx)
-				if s := ctx.Response.StatusCode(); s != fiber.StatusOK {
-					b.Fatalf("status %d for %s, want 200", s, tenants[i])
-				}
-			}
-			runMajors(b, serve, c.name != "bare", func() bool { return len(ctx.Response.Header.Peek("X-Ratelimit-Remaining")) > 0 })
+			serve, has := fasthttpServe(b, fiberv3Handler(c.build(b)), tenants)
+			runAdapter(b, serve, c.name != "bare", has)
 		})
 	}
 }
 
-// runMajors serves every tenant once, untimed, checks the rate-limit
-// headers if headers is set, then serves b.N requests walking the tenants.
-func runMajors(b *testing.B, serve func(i int), headers bool, hasHeaders func() bool) {
-	for i := range majorsTenants {
-		serve(i) // track every tenant before the timer starts
+// echov5Cases are Echo v5's middlewares: none, its RateLimiter, tollgate's.
+var echov5Cases = []adapterCase[echo.MiddlewareFunc]{
+	{"bare", nil},
+	{"ratelimiter", func(*testing.B) echo.MiddlewareFunc {
+		return echov5mw.RateLimiterWithConfig(echov5mw.RateLimiterConfig{
+			Store: echov5mw.NewRateLimiterMemoryStoreWithConfig(echov5mw.RateLimiterMemoryStoreConfig{
+				Rate: majorsRate, Burst: majorsBurst, ExpiresIn: majorsWindow,
+			}),
+			IdentifierExtractor: func(c *echo.Context) (string, error) {
+				return c.Request().Header.Get("X-Tenant-ID"), nil
+			},
+		})
+	}},
+	{"tollgate", func(b *testing.B) echo.MiddlewareFunc {
+		return tollgateechov5.Middleware(majorsLimiter(b))
+	}},
+}
+
+// echov5Router serves GET /api/hello behind mw, if any.
+func echov5Router(mw echo.MiddlewareFunc) http.Handler {
+	e := echo.New()
+	if mw != nil {
+		e.Use(mw)
 	}
-	if headers && !hasHeaders() {
-		b.Fatal("no rate-limit headers written")
+	e.GET("/api/hello", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
+	return e
+}
+
+// fiberv3Cases are Fiber v3's middlewares: none, its limiter, tollgate's.
+var fiberv3Cases = []adapterCase[fiber.Handler]{
+	{"bare", nil},
+	{"limiter", func(*testing.B) fiber.Handler {
+		return fiberv3limiter.New(fiberv3limiter.Config{
+			Max:          majorsBurst,
+			Expiration:   majorsWindow,
+			KeyGenerator: func(c fiber.Ctx) string { return c.Get("X-Tenant-ID") },
+		})
+	}},
+	{"tollgate", func(b *testing.B) fiber.Handler {
+		return tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: majorsLimiter(b)})
+	}},
+}
+
+// fiberv3Handler serves GET /api/hello behind mw, if any.
+func fiberv3Handler(mw fiber.Handler) fasthttp.RequestHandler {
+	app := fiber.New()
+	if mw != nil {
+		app.Use(mw)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
-	i := 0
-	for range b.N {
-		serve(i)
-		if i++; i == majorsTenants {
-			i = 0
-		}
-	}
-	reportCPU(b, cpu)
+	app.Get("/api/hello", func(c fiber.Ctx) error { return c.SendString("ok") })
+	return app.Handler()
 }

@@ -19,6 +19,7 @@ run() { /tmp/tollgate-bench.test -test.run '^$' -test.benchmem "$@"; }
 mkdir -p results
 for f in $SUITES; do : > "results/$f.txt"; done
 if has memory; then : > results/memory-paired.txt; fi
+if has adapters; then : > results/adapters-paired.txt; fi
 for i in $(seq "$PASSES"); do
 	echo "pass $i of $PASSES" >&2
 	if has memory; then
@@ -31,7 +32,10 @@ for i in $(seq "$PASSES"); do
 		run -test.bench '^BenchmarkMemory(Serial|Parallel)Paired$' -test.benchtime 300x >> results/memory-paired.txt
 		run -test.bench '^BenchmarkMemoryZipfPaired$' -test.benchtime 50x >> results/memory-paired.txt
 	fi
-	if has adapters; then run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt; fi
+	if has adapters; then
+		run -test.bench '^BenchmarkAdapter(GinEcho|V5V3)?$' >> results/adapters.txt
+		run -test.bench '^BenchmarkAdapterPaired$' -test.benchtime 300x >> results/adapters-paired.txt
+	fi
 	if has redis; then run -test.bench '^BenchmarkRedis' >> results/redis.txt; fi
 	if has wait; then run -test.bench '^BenchmarkWait' >> results/wait.txt; fi
 	if has policies; then run -test.bench '^BenchmarkPolicies$' >> results/policies.txt; fi
@@ -51,6 +55,10 @@ done
 if has memory; then
 	echo "== memory, paired"
 	"$BENCHSTAT" results/memory-paired.txt
+fi
+if has adapters; then
+	echo "== adapters, paired"
+	"$BENCHSTAT" results/adapters-paired.txt
 fi
 if has wait; then
 	echo "== wait"
