@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -40,46 +37,7 @@ func BenchmarkPolicies(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				ctx := context.Background()
-				var d tollgate.Decision
-				for i := range reqs { // every tenant's buckets made before the timer
-					l.Decide(ctx, &reqs[i], &d)
-				}
-				var denied atomic.Int64
-				b.ReportAllocs()
-				b.ResetTimer()
-				cpu := cpuTime()
-				if mode == "serial" {
-					i := 0
-					for range b.N {
-						if l.Decide(ctx, &reqs[i], &d); !d.Allowed {
-							denied.Add(1)
-						}
-						if i++; i == len(reqs) {
-							i = 0
-						}
-					}
-				} else {
-					b.RunParallel(func(pb *testing.PB) {
-						var d tollgate.Decision
-						i, n := rand.IntN(len(reqs)), int64(0)
-						req := make([]tollgate.Request, len(reqs))
-						copy(req, reqs)
-						for pb.Next() {
-							if l.Decide(ctx, &req[i], &d); !d.Allowed {
-								n++
-							}
-							if i++; i == len(req) {
-								i = 0
-							}
-						}
-						denied.Add(n)
-					})
-				}
-				reportCPU(b, cpu)
-				if n := denied.Load(); n > 0 {
-					b.Fatalf("%d of %d decisions denied; the plan must allow all", n, b.N)
-				}
+				runDecisions(b, l, reqs, mode == "parallel")
 			})
 		}
 	}
