@@ -100,9 +100,17 @@ type tscAnchor struct {
 }
 
 // at returns the clock's reading d ticks after the anchor, in whole
-// microseconds and a fraction of 2^64.
+// microseconds and a fraction of 2^64. The slew ends with the span: past
+// it, where the clock has met the runtime's, it runs at the measured rate,
+// so that a store idle for hours does not carry the slew along.
 func (a *tscAnchor) at(d uint64) (us int64, frac uint64) {
-	hi, lo := bits.Mul64(d, a.usPerTick)
+	hi, lo := bits.Mul64(min(d, a.span), a.usPerTick)
+	if d > a.span {
+		h, l := bits.Mul64(d-a.span, a.rate)
+		var c uint64
+		lo, c = bits.Add64(lo, l, 0)
+		hi += h + c
+	}
 	frac, carry := bits.Add64(lo, a.usFrac, 0)
 	return a.us + int64(min(hi+carry, maxNow)), frac
 }

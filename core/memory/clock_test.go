@@ -74,6 +74,12 @@ func TestNextAnchor(t *testing.T) {
 		if off := later - want - (ahead-left)/1000; off < -1 || off > 1 {
 			t.Errorf("ahead %d ns: a span later the clock reads %d µs, want %d", ahead, later, want+(ahead-left)/1000)
 		}
+		// Past the span the slew is over: an hour later the clock is as
+		// far from the runtime's as it was at the span's end.
+		hour := next.read(3600 * span)
+		if off := hour - (want + 3599e6) - (ahead-left)/1000; off < -1 || off > 1 {
+			t.Errorf("ahead %d ns: an hour later the clock is %d µs off the runtime's", ahead, off)
+		}
 	}
 }
 
