@@ -165,7 +165,10 @@ func tscPair() (before, tsc, ns int64, ok bool) {
 func (c *tscClock) micros() int64 {
 	if a := c.anchor.Load(); a != nil {
 		if d := uint64(rdtsc() - a.tsc); d <= a.span {
-			return a.read(d)
+			// at(d) within the span, without its branch for beyond it.
+			hi, lo := bits.Mul64(d, a.usPerTick)
+			_, carry := bits.Add64(lo, a.usFrac, 0)
+			return min(a.us+int64(hi+carry), maxNow)
 		}
 	}
 	return c.slow()
