@@ -220,7 +220,7 @@ func (c *tscClock) measure() int64 {
 func nextAnchor(prev *tscAnchor, before, t, since int64, m, span uint64) *tscAnchor {
 	a := &tscAnchor{tsc: t, rate: m, usPerTick: m, span: span}
 	if prev == nil {
-		first := &tscAnchor{us: since / 1000, usPerTick: m}
+		first := &tscAnchor{us: since / 1000, rate: m, usPerTick: m, span: span}
 		first.usFrac, _ = bits.Div64(uint64(since%1000), 0, 1000)
 		a.us, a.usFrac = first.at(uint64(t - before))
 		return a
