@@ -40,4 +40,4 @@
 // that drops tollgate.store.latency removes it.
 package tollgateotel
 
-//go:generate sh -c "rm -f internal/tally/histogram.go internal/tally/stores.go internal/tally/tally.go && cp ../prometheus/internal/tally/histogram.go ../prometheus/internal/tally/stores.go ../prometheus/internal/tally/tally.go internal/tally/"
+//go:generate sh -c "rm -f internal/tally/histogram.go internal/tally/options.go internal/tally/stores.go internal/tally/tally.go && cp ../prometheus/internal/tally/histogram.go ../prometheus/internal/tally/options.go ../prometheus/internal/tally/stores.go ../prometheus/internal/tally/tally.go internal/tally/"

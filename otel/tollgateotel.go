@@ -70,11 +70,8 @@ var _ tollgate.Observer = (*Metrics)(nil)
 type Option func(*config)
 
 type config struct {
-	provider     metric.MeterProvider
-	limit        int
-	storeTimeout time.Duration
-	stores       []tally.Store
-	errs         []error
+	tally.Options
+	provider metric.MeterProvider
 }
 
 // WithMeterProvider sets the MeterProvider that makes the instruments
@@ -82,7 +79,7 @@ type config struct {
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) {
 		if mp == nil {
-			c.errs = append(c.errs, errors.New("tollgateotel: WithMeterProvider: the provider is nil"))
+			c.Errs = append(c.Errs, errors.New("tollgateotel: WithMeterProvider: the provider is nil"))
 			return
 		}
 		c.provider = mp
@@ -104,11 +101,7 @@ func WithFallbackStore(s tollgate.Store) Option {
 
 func withStore(name, option string, s tollgate.Store) Option {
 	return func(c *config) {
-		if s == nil {
-			c.errs = append(c.errs, fmt.Errorf("tollgateotel: %s: the store is nil", option))
-			return
-		}
-		c.stores = append(c.stores, tally.Store{Name: name, Store: s})
+		c.AddStore("tollgateotel", option, name, s)
 	}
 }
 
@@ -119,7 +112,7 @@ func withStore(name, option string, s tollgate.Store) Option {
 // say), with every attribute "other". tollgate.label.overflow counts the
 // decisions so folded: it should stay at 0.
 func WithCardinalityLimit(n int) Option {
-	return func(c *config) { c.limit = n }
+	return func(c *config) { c.Limit = n }
 }
 
 // WithStoreTimeout tells the Metrics the store timeout given to the
@@ -128,45 +121,32 @@ func WithCardinalityLimit(n int) Option {
 // tollgate.store.latency bracket it: timeout/2000 to twice the timeout,
 // with half the timeout and the timeout among them.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(c *config) { c.storeTimeout = d }
+	return func(c *config) { c.StoreTimeout = d }
 }
 
 // New returns a Metrics configured by opts, its instruments made by the
 // MeterProvider. It fails on invalid options, naming them, and if the
 // provider fails to make an instrument.
 func New(opts ...Option) (*Metrics, error) {
-	cfg := config{limit: DefaultCardinalityLimit, storeTimeout: tollgate.DefaultStoreTimeout}
+	cfg := config{Options: tally.Options{Limit: DefaultCardinalityLimit, StoreTimeout: tollgate.DefaultStoreTimeout}}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	if cfg.limit < 1 {
-		cfg.errs = append(cfg.errs, fmt.Errorf("tollgateotel: WithCardinalityLimit must be >= 1, got %d", cfg.limit))
-	}
-	if cfg.storeTimeout <= 0 {
-		cfg.errs = append(cfg.errs, fmt.Errorf("tollgateotel: WithStoreTimeout must be > 0, got %v", cfg.storeTimeout))
-	}
-	seen := map[string]bool{}
-	for _, s := range cfg.stores {
-		if seen[s.Name] {
-			cfg.errs = append(cfg.errs, fmt.Errorf("tollgateotel: the %s store is given twice", s.Name))
-		}
-		seen[s.Name] = true
-	}
-	if err := errors.Join(cfg.errs...); err != nil {
+	if err := cfg.Err("tollgateotel"); err != nil {
 		return nil, err
 	}
 	if cfg.provider == nil {
 		cfg.provider = otel.GetMeterProvider()
 	}
-	m := &Metrics{tally: tally.New(cfg.limit, cfg.storeTimeout, false)}
-	for _, s := range cfg.stores {
+	m := &Metrics{tally: tally.New(cfg.Limit, cfg.StoreTimeout, false)}
+	for _, s := range cfg.Stores {
 		if s.Reports() {
 			m.stores = append(m.stores, s)
 		}
 	}
-	if err := m.instruments(cfg.provider.Meter(ScopeName), cfg.storeTimeout); err != nil {
+	if err := m.instruments(cfg.provider.Meter(ScopeName), cfg.StoreTimeout); err != nil {
 		return nil, fmt.Errorf("tollgateotel: %w", err)
 	}
 	return m, nil

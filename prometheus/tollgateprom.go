@@ -2,8 +2,6 @@ package tollgateprom
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,12 +60,7 @@ var (
 // An Option configures a Collector. Options may come in any order.
 type Option func(*config)
 
-type config struct {
-	limit        int
-	storeTimeout time.Duration
-	stores       []tally.Store
-	errs         []error
-}
+type config struct{ tally.Options }
 
 // WithStore reports the figures of the Limiter's store, if it reports any
 // (StatsReporter, BreakerReporter, DenialCacheReporter), with the label
@@ -84,11 +77,7 @@ func WithFallbackStore(s tollgate.Store) Option {
 
 func withStore(name, option string, s tollgate.Store) Option {
 	return func(c *config) {
-		if s == nil {
-			c.errs = append(c.errs, fmt.Errorf("tollgateprom: %s: the store is nil", option))
-			return
-		}
-		c.stores = append(c.stores, tally.Store{Name: name, Store: s})
+		c.AddStore("tollgateprom", option, name, s)
 	}
 }
 
@@ -99,7 +88,7 @@ func withStore(name, option string, s tollgate.Store) Option {
 // tenant, say), with every label "other". tollgate_label_overflow_total
 // counts the decisions so folded: it should stay at 0.
 func WithCardinalityLimit(n int) Option {
-	return func(c *config) { c.limit = n }
+	return func(c *config) { c.Limit = n }
 }
 
 // WithStoreTimeout tells the Collector the store timeout given to the
@@ -108,36 +97,23 @@ func WithCardinalityLimit(n int) Option {
 // tollgate_store_latency_seconds bracket it: timeout/2000 to twice the
 // timeout, with half the timeout and the timeout among them.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(c *config) { c.storeTimeout = d }
+	return func(c *config) { c.StoreTimeout = d }
 }
 
 // New returns a Collector configured by opts. It fails on invalid options,
 // naming them.
 func New(opts ...Option) (*Collector, error) {
-	cfg := config{limit: DefaultCardinalityLimit, storeTimeout: tollgate.DefaultStoreTimeout}
+	cfg := config{Options: tally.Options{Limit: DefaultCardinalityLimit, StoreTimeout: tollgate.DefaultStoreTimeout}}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	if cfg.limit < 1 {
-		cfg.errs = append(cfg.errs, fmt.Errorf("tollgateprom: WithCardinalityLimit must be >= 1, got %d", cfg.limit))
-	}
-	if cfg.storeTimeout <= 0 {
-		cfg.errs = append(cfg.errs, fmt.Errorf("tollgateprom: WithStoreTimeout must be > 0, got %v", cfg.storeTimeout))
-	}
-	seen := map[string]bool{}
-	for _, s := range cfg.stores {
-		if seen[s.Name] {
-			cfg.errs = append(cfg.errs, fmt.Errorf("tollgateprom: the %s store is given twice", s.Name))
-		}
-		seen[s.Name] = true
-	}
-	if err := errors.Join(cfg.errs...); err != nil {
+	if err := cfg.Err("tollgateprom"); err != nil {
 		return nil, err
 	}
-	c := &Collector{tally: tally.New(cfg.limit, cfg.storeTimeout, true)}
-	for _, s := range cfg.stores {
+	c := &Collector{tally: tally.New(cfg.Limit, cfg.StoreTimeout, true)}
+	for _, s := range cfg.Stores {
 		if s.Reports() {
 			c.stores = append(c.stores, s)
 		}
