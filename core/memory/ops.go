@@ -526,8 +526,19 @@ func markOf(marks []int64, i int) int64 {
 // load returns the slot of the main bucket of k and its word, or nil and
 // the word of a full bucket if k has none.
 func (b *buckets) load(k *lookup) (*slot, int64) {
-	sh := &b.shards[k.hash&b.shardMask]
-	sl := sh.table.Load().find(k)
+	return b.loadFound(k.hash, func(t *table) *slot { return t.find(k) })
+}
+
+// loadRule is load for a rule other than the main bucket.
+func (b *buckets) loadRule(rk *ruleKey) (*slot, int64) {
+	return b.loadFound(rk.hash, func(t *table) *slot { return t.findRule(rk) })
+}
+
+// loadFound is load and loadRule: the slot that find finds in the table of
+// the shard of hash, and its word.
+func (b *buckets) loadFound(hash uint64, find func(*table) *slot) (*slot, int64) {
+	sh := &b.shards[hash&b.shardMask]
+	sl := find(sh.table.Load())
 	if sl == nil {
 		return nil, 0
 	}
@@ -538,25 +549,7 @@ func (b *buckets) load(k *lookup) (*slot, int64) {
 	// table changes under.
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sl = sh.table.Load().find(k); sl == nil {
-		return nil, 0
-	}
-	return sl, sl.word.Load()
-}
-
-// loadRule is load for a rule other than the main bucket.
-func (b *buckets) loadRule(rk *ruleKey) (*slot, int64) {
-	sh := &b.shards[rk.hash&b.shardMask]
-	sl := sh.table.Load().findRule(rk)
-	if sl == nil {
-		return nil, 0
-	}
-	if w := sl.word.Load(); w >= 0 {
-		return sl, w
-	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sl = sh.table.Load().findRule(rk); sl == nil {
+	if sl = find(sh.table.Load()); sl == nil {
 		return nil, 0
 	}
 	return sl, sl.word.Load()
