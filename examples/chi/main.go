@@ -17,13 +17,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -33,15 +28,7 @@ import (
 	"github.com/tollgate-go/tollgate/examples/internal/demo"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := demo.NewLogger()
-	if err := run(ctx, logger); err != nil {
-		logger.Error("exiting", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-}
+func main() { demo.Main(run) }
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
@@ -70,25 +57,7 @@ func run(ctx context.Context, logger *slog.Logger) error {
 			tollgatehttp.WithCost(demo.ReportCost), tollgatehttp.WithBudget(demo.ReportsBudget))).Post("/reports", createReport)
 	})
 
-	ln, err := demo.Listen(cfg.Addr, logger)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return demo.ServeHTTP(ctx, cfg.Addr, logger, r)
 }
 
 // tenantKey is the context key under which authenticate stores the tenant.

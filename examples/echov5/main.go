@@ -16,13 +16,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
@@ -31,15 +26,7 @@ import (
 	"github.com/tollgate-go/tollgate/examples/internal/demo"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := demo.NewLogger()
-	if err := run(ctx, logger); err != nil {
-		logger.Error("exiting", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-}
+func main() { demo.Main(run) }
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
@@ -80,25 +67,7 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	api.GET("/hello", hello, limitHello)
 	api.POST("/reports", createReport, limitReports)
 
-	ln, err := demo.Listen(cfg.Addr, logger)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return demo.ServeHTTP(ctx, cfg.Addr, logger, e)
 }
 
 // tenantKey is where authenticate stores the tenant in the echo.Context.

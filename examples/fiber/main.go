@@ -17,9 +17,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -30,15 +27,7 @@ import (
 	tollgatefiber "github.com/tollgate-go/tollgate/fiber"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := demo.NewLogger()
-	if err := run(ctx, logger); err != nil {
-		logger.Error("exiting", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-}
+func main() { demo.Main(run) }
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
@@ -72,21 +61,7 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	api.Get("/hello", limitHello, hello)
 	api.Post("/reports", limitReports, createReport)
 
-	ln, err := demo.Listen(cfg.Addr, logger)
-	if err != nil {
-		return err
-	}
-	served := make(chan error, 1)
-	go func() { served <- app.Listener(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return app.ShutdownWithContext(shutdownCtx)
+	return demo.Serve(ctx, cfg.Addr, logger, app.Listener, app.ShutdownWithContext)
 }
 
 // tenantKey is where authenticate stores the tenant in c.Locals.

@@ -17,9 +17,7 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
+	"net"
 	"time"
 
 	"github.com/gofiber/fiber/v3"
@@ -30,15 +28,7 @@ import (
 	tollgatefiberv3 "github.com/tollgate-go/tollgate/fiberv3"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := demo.NewLogger()
-	if err := run(ctx, logger); err != nil {
-		logger.Error("exiting", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-}
+func main() { demo.Main(run) }
 
 func run(ctx context.Context, logger *slog.Logger) error {
 	cfg := demo.ConfigFromEnv()
@@ -69,24 +59,10 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	api.Get("/hello", limitHello, hello)
 	api.Post("/reports", limitReports, createReport)
 
-	ln, err := demo.Listen(cfg.Addr, logger)
-	if err != nil {
-		return err
-	}
-	served := make(chan error, 1)
-	go func() {
+	return demo.Serve(ctx, cfg.Addr, logger, func(ln net.Listener) error {
 		// The JSON "listening" line says where; no banner.
-		served <- app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
-	}()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return app.ShutdownWithContext(shutdownCtx)
+		return app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
+	}, app.ShutdownWithContext)
 }
 
 // tenantKey is where authenticate stores the tenant in c.Locals.
