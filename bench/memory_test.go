@@ -392,15 +392,7 @@ const (
 func BenchmarkMemorySerialPaired(b *testing.B) {
 	hot := memTenantKeys(1)
 	keys := memTenantKeys(10_000)
-	var stores []memNamedTake
-	for _, c := range memContenders {
-		take := openMemStore(b, c, memDrainingLimit)
-		take(hot[0])
-		for _, k := range keys {
-			take(k)
-		}
-		stores = append(stores, memNamedTake{c.name, take})
-	}
+	stores := memPairedStores(b, hot, keys)
 	hotKey := strings.Clone(hot[0])
 	clones := memCloneKeys(keys)
 	memPairedSerial(b, stores, []memPairedCase{
@@ -454,15 +446,7 @@ func memReportMedians(b *testing.B, samples map[string][]float64) {
 func BenchmarkMemoryParallelPaired(b *testing.B) {
 	hot := memTenantKeys(1)
 	keys := memTenantKeys(10_000)
-	var stores []memNamedTake
-	for _, c := range memContenders {
-		take := openMemStore(b, c, memDrainingLimit)
-		take(hot[0])
-		for _, k := range keys {
-			take(k)
-		}
-		stores = append(stores, memNamedTake{c.name, take})
-	}
+	stores := memPairedStores(b, hot, keys)
 	hotKey := strings.Clone(hot[0])
 	clones := memCloneKeys(keys)
 	memPairedParallel(b, stores, []memPairedCase{
@@ -499,6 +483,22 @@ func BenchmarkMemoryZipfPaired(b *testing.B) {
 	memPairedSerial(b, stores, []memPairedCase{
 		{"keys1M-zipf", func(_, n int) string { return clones[seq[n%len(seq)]] }},
 	})
+}
+
+// memPairedStores opens every contender's store under memDrainingLimit,
+// with the keys of each list already taken once.
+func memPairedStores(b *testing.B, keyLists ...[]string) []memNamedTake {
+	var stores []memNamedTake
+	for _, c := range memContenders {
+		take := openMemStore(b, c, memDrainingLimit)
+		for _, keys := range keyLists {
+			for _, k := range keys {
+				take(k)
+			}
+		}
+		stores = append(stores, memNamedTake{c.name, take})
+	}
+	return stores
 }
 
 // A memNamedTake is one library's take function.
