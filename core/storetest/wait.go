@@ -224,16 +224,23 @@ func wantUntilFull(t *testing.T, l *tollgate.Limiter, tenant string, want time.D
 	}
 }
 
-// runWaitCancelled cancels a Wait on an empty bucket of 1 at 2 a second
-// well before its slot: Wait returns the context's error at once, and the
-// bucket is as if the caller had never come.
-func runWaitCancelled(t *testing.T, store tollgate.MultiStore) {
+// emptyBucketOfOne returns a Limiter on store whose plan is a bucket of 1
+// at 2 a second, and a tenant whose bucket it has just emptied.
+func emptyBucketOfOne(t *testing.T, store tollgate.MultiStore) (*tollgate.Limiter, string) {
 	plan := tollgate.Plan{Name: "two", Limit: tollgate.Limit{Rate: 2, Burst: 1}}
 	l := waitLimiter(t, store, plan)
 	tenant := Key(t, "k")
 	if d, err := l.Take(context.Background(), tollgate.Request{Tenant: tenant}); err != nil || !d.Allowed {
 		t.Fatalf("the first request: %+v, %v", d, err)
 	}
+	return l, tenant
+}
+
+// runWaitCancelled cancels a Wait on an empty bucket of 1 at 2 a second
+// well before its slot: Wait returns the context's error at once, and the
+// bucket is as if the caller had never come.
+func runWaitCancelled(t *testing.T, store tollgate.MultiStore) {
+	l, tenant := emptyBucketOfOne(t, store)
 	start := time.Now()
 	full := untilFull(t, l, tenant) // about 500ms
 	ctx, cancel := context.WithCancel(context.Background())
@@ -260,12 +267,7 @@ func runWaitCancelled(t *testing.T, store tollgate.MultiStore) {
 // ErrWaitExceedsDeadline, and spends nothing; with a deadline past the
 // token it proceeds.
 func runWaitDeadline(t *testing.T, store tollgate.MultiStore) {
-	plan := tollgate.Plan{Name: "two", Limit: tollgate.Limit{Rate: 2, Burst: 1}}
-	l := waitLimiter(t, store, plan)
-	tenant := Key(t, "k")
-	if d, err := l.Take(context.Background(), tollgate.Request{Tenant: tenant}); err != nil || !d.Allowed {
-		t.Fatalf("the first request: %+v, %v", d, err)
-	}
+	l, tenant := emptyBucketOfOne(t, store)
 	start := time.Now()
 	full := untilFull(t, l, tenant)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
