@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -92,7 +91,8 @@ var framework = tollgatehttp.Framework[fiber.Ctx]{
 	Header: func(c fiber.Ctx, name string) string {
 		return string(c.Request().Header.Peek(name))
 	},
-	Route: func(c fiber.Ctx) string { return c.FullPath() },
+	Route:      func(c fiber.Ctx) string { return c.FullPath() },
+	CopyTenant: true,
 }
 
 // New returns middleware that limits each request with config.Limiter; see
@@ -107,13 +107,9 @@ func New(config ...Config) fiber.Handler {
 	if len(config) > 0 {
 		cfg = config[0]
 	}
-	tenant := cfg.Tenant
-	if tenant != nil {
-		tenant = func(c fiber.Ctx) string { return strings.Clone(cfg.Tenant(c)) }
-	}
 	h, err := tollgatehttp.Build(tollgatehttp.Spec[fiber.Ctx]{
 		Limiter:  cfg.Limiter,
-		Tenant:   tenant,
+		Tenant:   cfg.Tenant,
 		Cost:     cfg.Cost,
 		CostFunc: cfg.CostFunc,
 		Skip:     cfg.Next,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,6 +92,12 @@ type Framework[C any] struct {
 	Method  func(c C) string              // the request method, for events
 	Header  func(c C, name string) string // a request header, for the default tenant
 	Route   func(c C) string              // the matched route pattern, for the default Route
+
+	// CopyTenant is set for frameworks that reuse the memory behind the
+	// strings a request gives (fasthttp's): Build then copies what a
+	// Spec's Tenant returns, which the Limiter may keep. Header must copy
+	// on its own.
+	CopyTenant bool
 }
 
 // A Handler decides on the requests of one framework as a Spec says. Build
@@ -144,6 +151,9 @@ func Build[C any](s Spec[C], fw Framework[C]) (*Handler[C], error) {
 	if h.tenant == nil {
 		header := fw.Header
 		h.tenant = func(c C) string { return header(c, canonicalTenantHeader) }
+	} else if fw.CopyTenant {
+		tenant := h.tenant
+		h.tenant = func(c C) string { return strings.Clone(tenant(c)) }
 	}
 	route := s.Route
 	if route == nil {
