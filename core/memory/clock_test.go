@@ -1,6 +1,9 @@
 package memory
 
 import (
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -124,4 +127,42 @@ func TestMonoFollowsNanotime(t *testing.T) {
 		}
 	}
 	t.Logf("counter in use: %v; anchors seen: %d", mono.anchor.Load() != nil, len(anchors))
+}
+
+// TestMonoInStepAcrossCPUs reads the clock from two goroutines at once,
+// which the scheduler spreads over the CPUs, for 300 ms: a reading never
+// falls behind one that another goroutine published before it, by more
+// than the microsecond that a counter read racing a memory load can cost.
+// Counters out of step across CPUs fail it.
+func TestMonoInStepAcrossCPUs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads the clock for 300 ms")
+	}
+	startMono.Do(mono.start)
+	var latest atomic.Int64
+	var worst atomic.Int64
+	deadline := nanotime() + int64(300*time.Millisecond)
+	var wg sync.WaitGroup
+	for range max(2, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for nanotime() < deadline {
+				seen := latest.Load()
+				got := mono.micros()
+				for back := seen - got; back > 0; {
+					w := worst.Load()
+					if back <= w || worst.CompareAndSwap(w, back) {
+						break
+					}
+				}
+				for got > seen && !latest.CompareAndSwap(seen, got) {
+					seen = latest.Load()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if w := worst.Load(); w > 1 {
+		t.Fatalf("a reading fell %d µs behind one published before it", w)
+	}
+	t.Logf("counter in use: %v; GOMAXPROCS %d", mono.anchor.Load() != nil, runtime.GOMAXPROCS(0))
 }
