@@ -170,6 +170,8 @@ func (c *tscClock) micros() int64 {
 			_, carry := bits.Add64(lo, a.usFrac, 0)
 			return min(a.us+int64(hi+carry), maxNow)
 		}
+	} else if c.state.Load() == tscOff {
+		return clamp((nanotime() - c.originNano) / 1000)
 	}
 	return c.slow()
 }

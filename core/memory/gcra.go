@@ -2,6 +2,7 @@ package memory
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -57,6 +58,53 @@ func newRule(limit tollgate.Limit, cost int64) (rule, error) {
 	interval := limit.TokenInterval()
 	tolerance := limit.Burst * interval
 	return rule{interval: interval, tolerance: tolerance, scale: scaleOf(tolerance)}, nil
+}
+
+// A ruleCache holds the rules of the limits a Store has seen, so that a
+// Take under a known limit skips newRule's checks and its division, a tenth
+// of a hot-key Take. An entry is filled once and never replaced: after the
+// first Takes of a limit nothing allocates, and the entries' cache lines
+// are only ever read. A limit whose entry holds another limit gets its rule
+// computed each time, as every limit did before.
+type ruleCache [ruleCacheSize]atomic.Pointer[cachedRule]
+
+const ruleCacheSize = 1 << 6
+
+type cachedRule struct {
+	limit tollgate.Limit
+	rule  rule
+}
+
+// get returns the rule of limit, validating limit and cost as newRule does.
+func (c *ruleCache) get(limit tollgate.Limit, cost int64) (rule, error) {
+	if ce := c.find(limit, cost); ce != nil {
+		return ce.rule, nil
+	}
+	return c.fill(limit, cost)
+}
+
+// find returns the entry of limit, or nil, for a cost that limit allows.
+// It is get without its call, small enough to be inlined.
+func (c *ruleCache) find(limit tollgate.Limit, cost int64) *cachedRule {
+	ce := c[ruleIndex(limit)].Load()
+	if ce != nil && ce.limit == limit && uint64(cost-1) < uint64(limit.Burst) {
+		return ce
+	}
+	return nil
+}
+
+func ruleIndex(limit tollgate.Limit) uint64 {
+	return (math.Float64bits(limit.Rate) ^ uint64(limit.Burst)) * 0x9e3779b97f4a7c15 >> (64 - 6)
+}
+
+// fill computes the rule that find did not find, and keeps it if its
+// entry is empty.
+func (c *ruleCache) fill(limit tollgate.Limit, cost int64) (rule, error) {
+	r, err := newRule(limit, cost)
+	if e := &c[ruleIndex(limit)]; err == nil && e.Load() == nil {
+		e.CompareAndSwap(nil, &cachedRule{limit: limit, rule: r})
+	}
+	return r, err
 }
 
 // take decides a request of cost tokens at now on a bucket in state w. It

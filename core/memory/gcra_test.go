@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -130,5 +131,55 @@ func TestSpentOrdersBuckets(t *testing.T) {
 	}
 	if got := spent(word(tollgate.Limit{Rate: 2, Burst: 20}, 0), now); got != 0 {
 		t.Fatalf("a full bucket is %v spent", got)
+	}
+}
+
+// TestRuleCache checks that a cached rule is the rule newRule makes, that a
+// cost the limit cannot allow fails as newRule fails it after the limit was
+// cached, that more limits than the cache has entries each get their own
+// rule, and that Takes over all of them allocate nothing once each was seen.
+func TestRuleCache(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var c ruleCache
+	limits := make([]tollgate.Limit, 4*ruleCacheSize)
+	for i := range limits {
+		limits[i] = tollgate.Limit{Rate: float64(1 + rng.IntN(1000)), Burst: 1 + rng.Int64N(5000)}
+	}
+	for round := range 2 {
+		for _, l := range limits {
+			cost := 1 + rng.Int64N(l.Burst)
+			got, err := c.get(l, cost)
+			want, _ := newRule(l, cost)
+			if err != nil || got != want {
+				t.Fatalf("round %d: get(%v, %d) = %+v, %v; want %+v", round, l, cost, got, err, want)
+			}
+			for _, bad := range []int64{0, -1, l.Burst + 1, math.MaxInt64} {
+				_, err := c.get(l, bad)
+				_, wantErr := newRule(l, bad)
+				if err == nil || err.Error() != wantErr.Error() {
+					t.Fatalf("get(%v, %d): %v, want %v", l, bad, err, wantErr)
+				}
+			}
+		}
+	}
+	for _, bad := range []tollgate.Limit{{Rate: math.NaN(), Burst: 1}, {Rate: math.Inf(1), Burst: 1}, {Rate: 1, Burst: 0}, {Rate: -1, Burst: 5}} {
+		for range 2 {
+			if _, err := c.get(bad, 1); err == nil {
+				t.Fatalf("get(%v, 1) = nil error", bad)
+			}
+		}
+	}
+	s := New(WithSweepInterval(0))
+	defer s.Close()
+	ctx := context.Background()
+	for _, l := range limits {
+		s.Take(ctx, "tenant", l, 1)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(1000, func() {
+		s.Take(ctx, "tenant", limits[i%len(limits)], 1)
+		i++
+	}); n != 0 {
+		t.Fatalf("Take allocates %v times a call over %d limits", n, len(limits))
 	}
 }

@@ -103,7 +103,7 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 	// checked and the clock read.
 	var k lookup
 	b.lookup(&k, key)
-	r, err := newRule(limit, cost)
+	r, err := b.rules.get(limit, cost)
 	if err != nil {
 		return tollgate.Result{}, err
 	}
@@ -125,7 +125,7 @@ func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost
 	if b == nil {
 		return tollgate.Result{}, s.unusable()
 	}
-	r, err := newRule(limit, cost)
+	r, err := b.rules.get(limit, cost)
 	if err != nil {
 		return tollgate.Result{}, err
 	}
@@ -183,6 +183,7 @@ type buckets struct {
 	shardMask uint64
 	seed      uintptr // of the key hash
 	clock     clock
+	rules     ruleCache
 	evictions atomic.Uint64
 	drained   atomic.Uint64
 	tenants   tenantLocks // for Ops on several rules (ops.go)

@@ -49,7 +49,7 @@ func (s *Store) Do(_ context.Context, op *tollgate.Op) error {
 // decides exactly as Take does.
 func (b *buckets) takeMain(op *tollgate.Op, limit tollgate.Limit) error {
 	cost := max(op.Cost, 1)
-	r, err := newRule(limit, cost)
+	r, err := b.rules.get(limit, cost)
 	if err != nil {
 		return err
 	}
