@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -30,10 +31,11 @@ func BenchmarkTake(b *testing.B) {
 
 // BenchmarkTakeParts times each step of BenchmarkTake's Take on its own:
 // reading the clock four ways (the bare counter, the Store's clock, the
-// runtime's, time.Since), hashing the key, preparing the limit, and
-// the decision on the table (probe, GCRA, compare-and-swap); then the whole
-// Take, and TakeAt, which the Limiter calls with the time it has read. Each
-// iteration times a block of 256 runs of every step in turn; the metric
+// runtime's, time.Since), hashing the key, preparing the limit (computed,
+// and from the Store's cache of rules), and the decision on the table
+// (probe, GCRA, compare-and-swap); then the whole Take, and TakeAt, which
+// the Limiter calls with the time it has read. Each iteration times a block
+// of 256 runs of every step in turn; the metric
 // <step>-ns/op is a step's median over the blocks, which a block that was
 // descheduled on a busy machine does not move.
 func BenchmarkTakeParts(b *testing.B) {
@@ -68,6 +70,7 @@ func BenchmarkTakeParts(b *testing.B) {
 			sink += int64(memhash(unsafe.Pointer(unsafe.StringData(key)), s.b.seed, uintptr(len(key))))
 		}},
 		{"limit", func() { r, _ := newRule(lim, 1); sink += r.scale }},
+		{"limit-cached", func() { r, _ := s.b.rules.get(lim, 1); sink += r.scale }},
 		{"decide", func() { sink += s.b.decide(&k, &r, 1, now).Remaining }},
 		{"take", func() { r, _ := st.Take(ctx, key, lim, 1); sink += r.Remaining }},
 		{"take-at", func() { r, _ := timed.TakeAt(ctx, key, lim, 1, since); sink += r.Remaining }},
@@ -88,4 +91,43 @@ func BenchmarkTakeParts(b *testing.B) {
 		b.ReportMetric(samples[i][len(samples[i])/2], step.name+"-ns/op")
 	}
 	_ = sink
+}
+
+// BenchmarkClockAcrossCPUs reads a clock from GOMAXPROCS goroutines at once
+// and reports how far a reading fell behind one that another goroutine
+// published before it (worst-back-µs), for the CPU's counter and for the
+// Store's clock. The counter is only used where the kernel's clock source
+// shows the counters of all CPUs in step; this measures what happens
+// elsewhere (docs/performance.md).
+func BenchmarkClockAcrossCPUs(b *testing.B) {
+	startMono.Do(mono.start)
+	ticksPerMicro := float64(0)
+	if t0, n0 := rdtsc(), nanotime(); t0 != 0 {
+		time.Sleep(10 * time.Millisecond)
+		ticksPerMicro = float64(rdtsc()-t0) / float64(nanotime()-n0) * 1000
+	}
+	for _, c := range []struct {
+		name   string
+		read   func() int64
+		perMic float64
+	}{
+		{"counter", rdtsc, ticksPerMicro},
+		{"store", mono.micros, 1},
+	} {
+		b.Run("clock="+c.name, func(b *testing.B) {
+			if c.perMic == 0 {
+				b.Skip("no counter on this CPU")
+			}
+			var latest, worst atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					seen := latest.Load()
+					got := c.read()
+					raiseTo(&worst, seen-got)
+					raiseTo(&latest, got)
+				}
+			})
+			b.ReportMetric(float64(worst.Load())/c.perMic, "worst-back-µs")
+		})
+	}
 }

@@ -148,15 +148,8 @@ func TestMonoInStepAcrossCPUs(t *testing.T) {
 			for nanotime() < deadline {
 				seen := latest.Load()
 				got := mono.micros()
-				for back := seen - got; back > 0; {
-					w := worst.Load()
-					if back <= w || worst.CompareAndSwap(w, back) {
-						break
-					}
-				}
-				for got > seen && !latest.CompareAndSwap(seen, got) {
-					seen = latest.Load()
-				}
+				raiseTo(&worst, seen-got)
+				raiseTo(&latest, got)
 			}
 		})
 	}
@@ -165,4 +158,14 @@ func TestMonoInStepAcrossCPUs(t *testing.T) {
 		t.Fatalf("a reading fell %d µs behind one published before it", w)
 	}
 	t.Logf("counter in use: %v; GOMAXPROCS %d", mono.anchor.Load() != nil, runtime.GOMAXPROCS(0))
+}
+
+// raiseTo makes v at least x.
+func raiseTo(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
 }
