@@ -9,7 +9,7 @@ GOTEST_FLAGS ?= -race -shuffle=on -count=1
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: test test-race test-allocs lint bench tidy build-alone fmt redis-server
+.PHONY: test test-race test-allocs lint lint-tool bench tidy build-alone fmt redis-server
 
 # What CI runs (.ci/run): lint, every module's tests under the race
 # detector, then the packages with allocation tests without it. The tests
@@ -41,6 +41,10 @@ lint: $(GOLANGCI_LINT)
 	test -z "$$failed" || { echo "== go vet failed in:$$failed"; exit 1; }
 	@failed=; for m in $(MODULES); do echo "== golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || failed="$$failed $$m"; done; \
 	test -z "$$failed" || { echo "== golangci-lint failed in:$$failed"; exit 1; }
+
+# lint-tool only installs golangci-lint, so that .ci/run can build it while
+# apt-get installs Chromium.
+lint-tool: $(GOLANGCI_LINT)
 
 $(GOLANGCI_LINT):
 	@echo "== installing golangci-lint $(GOLANGCI_LINT_VERSION) into .bin/"
