@@ -53,7 +53,8 @@ type Limiter struct {
 	store            Store
 	multi            MultiStore // store, if it runs Ops
 	plans            PlanResolver
-	bounded          boundedResolver // plans, if it never blocks past a deadline
+	bounded          boundedResolver  // plans, if it never blocks past a deadline
+	precompiled      compiledResolver // plans, if its plans are compiled already
 	policy           FailurePolicy
 	fallback         Store
 	storeTimeout     time.Duration
@@ -223,6 +224,7 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 	}
 	l.multi, _ = store.(MultiStore)
 	l.bounded, _ = plans.(boundedResolver)
+	l.precompiled, _ = plans.(compiledResolver)
 	if l.logger != nil {
 		l.throttleLog = newThrottleLog(l.logger, time.Second).withDelays()
 		l.onThrottle = append([]func(context.Context, ThrottleEvent){l.throttleLog.log}, l.onThrottle...)
@@ -340,20 +342,27 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, st 
 	if d.Cost < 0 {
 		return l.misconfigured(ctx, req, fmt.Errorf("%w: cost must be >= 1, got %d", ErrInvalidLimit, req.Cost))
 	}
-	plan, err := l.resolve(ctx, req.Tenant)
-	if err != nil {
-		st.kind = "resolver"
-		l.failOver(ctx, d, req, nil, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", req.Tenant, err))
-		return nil
+	var cp *compiledPlan
+	if l.precompiled != nil {
+		cp = l.precompiled.resolveCompiled(req.Tenant)
 	}
-	d.Plan = plan
-	cp, err := l.compiled.get(&plan)
-	if err != nil {
-		return l.misconfigured(ctx, req, fmt.Errorf("tollgate: the resolver gave tenant %q an invalid plan: %w", req.Tenant, err))
+	if cp != nil {
+		d.Plan = cp.plan
+	} else {
+		plan, err := l.resolve(ctx, req.Tenant)
+		if err != nil {
+			st.kind = "resolver"
+			l.failOver(ctx, d, req, nil, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", req.Tenant, err))
+			return nil
+		}
+		d.Plan = plan
+		if cp, err = l.compiled.get(&plan); err != nil {
+			return l.misconfigured(ctx, req, fmt.Errorf("tollgate: the resolver gave tenant %q an invalid plan: %w", req.Tenant, err))
+		}
 	}
 	rs := cp.ruleSet(req.Budget)
 	if err := rs.checkCost(d.Cost); err != nil {
-		return l.misconfigured(ctx, req, fmt.Errorf("plan %q of tenant %q: %w", plan.Name, req.Tenant, err))
+		return l.misconfigured(ctx, req, fmt.Errorf("plan %q of tenant %q: %w", d.Plan.Name, req.Tenant, err))
 	}
 	st.maxDelay = max(req.MaxDelay, 0)
 	if !st.until.IsZero() {
@@ -367,7 +376,7 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, st 
 	defer ops.Put(op)
 	*op = Op{Kind: OpTake, Key: req.Tenant, Rules: rs.rules, Cost: d.Cost, MaxDelay: st.maxDelay, Now: d.Time,
 		Deadline: l.deadline(d.Time), Results: op.Results[:0], Marks: op.Marks[:0]}
-	err = l.run(ctx, l.store, l.multi, op)
+	err := l.run(ctx, l.store, l.multi, op)
 	if len(l.observers) > 0 {
 		st.latency = op.Latency
 		if l.multi == nil {

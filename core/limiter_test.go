@@ -330,6 +330,69 @@ func TestPlanChangeAppliesOnNextRequest(t *testing.T) {
 	}
 }
 
+// TestStaticResolverPlansAreCompiledOnce: a StaticResolver's plans were
+// compiled when it was made, so its decisions never fill the Limiter's plan
+// cache; another resolver's plans go through that cache, and both decide
+// alike.
+func TestStaticResolverPlansAreCompiledOnce(t *testing.T) {
+	static, _ := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", map[string]string{"acme": "growth"})
+	other := tollgate.PlanResolverFunc(func(ctx context.Context, tenant string) (tollgate.Plan, error) {
+		return static.ResolvePlan(ctx, tenant)
+	})
+	ctx := context.Background()
+	var got [2][]tollgate.Decision
+	for i, r := range []tollgate.PlanResolver{static, other} {
+		clock := storetest.NewClock()
+		l, err := tollgate.New(memory.New(memory.WithClock(clock.Now)), r, tollgate.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tenant := range []string{"acme", "globex", "acme"} {
+			d, err := l.Take(ctx, tollgate.Request{Tenant: tenant, Cost: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[i] = append(got[i], d)
+		}
+		want := 0
+		if i == 1 {
+			want = 2 // growth and free
+		}
+		if n := tollgate.CachedPlans(l); n != want {
+			t.Errorf("resolver %d: %d plans in the Limiter's cache, want %d", i, n, want)
+		}
+	}
+	for j := range got[0] {
+		a, b := got[0][j], got[1][j]
+		if a.Plan.Name != b.Plan.Name || a.Allowed != b.Allowed || a.Remaining != b.Remaining || a.Policy != b.Policy || a.ResetAfter != b.ResetAfter {
+			t.Errorf("decision %d: static %s %v %d, other %s %v %d", j, a.Plan.Name, a.Allowed, a.Remaining, b.Plan.Name, b.Allowed, b.Remaining)
+		}
+	}
+	if got[0][0].Plan.Name != "growth" || got[0][1].Plan.Name != "free" {
+		t.Errorf("plans %q and %q, want growth and free", got[0][0].Plan.Name, got[0][1].Plan.Name)
+	}
+
+	// SinglePlan's plan is compiled too, and a copy: changing the
+	// caller's policies later changes neither it nor its decisions.
+	policies := []tollgate.Policy{{Quota: tollgate.Quota{Tokens: 2, Period: tollgate.Daily}}}
+	single := tollgate.SinglePlan(tollgate.Plan{Name: "tiny", Limit: tollgate.Limit{Rate: 1, Burst: 10}, Policies: policies})
+	policies[0].Quota.Tokens = 1000
+	l, _ := tollgate.New(memory.New(memory.WithClock(storetest.NewClock().Now)), single, tollgate.WithLogger(nil))
+	allowed := 0
+	for range 5 {
+		d, _ := l.Take(ctx, tollgate.Request{Tenant: "t"})
+		if d.Allowed {
+			allowed++
+		}
+		if n := d.Plan.Policies[0].Quota.Tokens; n != 2 {
+			t.Fatalf("SinglePlan: the decision's plan has a quota of %d, want 2", n)
+		}
+	}
+	if allowed != 2 || tollgate.CachedPlans(l) != 0 {
+		t.Errorf("SinglePlan: %d allowed (want the quota's 2), %d plans cached (want 0)", allowed, tollgate.CachedPlans(l))
+	}
+}
+
 func TestThrottleEvents(t *testing.T) {
 	var events []tollgate.ThrottleEvent
 	l, _ := newLimiter(t, nil, tollgate.WithOnThrottle(func(_ context.Context, e tollgate.ThrottleEvent) {

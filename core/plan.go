@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,14 +139,17 @@ var ErrUnknownPlan = errors.New("tollgate: unknown plan")
 // concurrent use. The zero StaticResolver is not usable; call
 // NewStaticResolver.
 type StaticResolver struct {
-	plans    map[string]Plan
+	// The plans are compiled once, here, so that a Limiter's decisions
+	// get the compiled plan straight from the resolver (compiledResolver)
+	// and skip its plan cache.
+	plans    map[string]*compiledPlan
 	order    []Plan
-	fallback Plan
+	fallback *compiledPlan
 
 	// Assignments are copied on write: reads, one per request, take no
 	// lock and so never contend across cores.
 	mu      sync.Mutex // serialises writers
-	tenants atomic.Pointer[map[string]Plan]
+	tenants atomic.Pointer[map[string]*compiledPlan]
 }
 
 // NewStaticResolver returns a StaticResolver over plans, giving defaultPlan
@@ -153,15 +157,17 @@ type StaticResolver struct {
 // (tenant -> plan name). Every plan must be valid and every name used must be
 // one of plans.
 func NewStaticResolver(plans []Plan, defaultPlan string, tenants map[string]string) (*StaticResolver, error) {
-	r := &StaticResolver{plans: make(map[string]Plan, len(plans))}
+	r := &StaticResolver{plans: make(map[string]*compiledPlan, len(plans))}
 	for _, p := range plans {
-		if err := p.Validate(); err != nil {
+		p.Policies = slices.Clone(p.Policies) // as in SinglePlan
+		cp, err := compile(p)
+		if err != nil {
 			return nil, err
 		}
 		if _, dup := r.plans[p.Name]; dup {
 			return nil, fmt.Errorf("%w: Plan.Name %q is used twice", ErrInvalidLimit, p.Name)
 		}
-		r.plans[p.Name] = p
+		r.plans[p.Name] = cp
 		r.order = append(r.order, p)
 	}
 	fallback, ok := r.plans[defaultPlan]
@@ -169,7 +175,7 @@ func NewStaticResolver(plans []Plan, defaultPlan string, tenants map[string]stri
 		return nil, fmt.Errorf("%w: default plan %q is not one of the plans", ErrUnknownPlan, truncate(defaultPlan, 80))
 	}
 	r.fallback = fallback
-	assigned := make(map[string]Plan, len(tenants))
+	assigned := make(map[string]*compiledPlan, len(tenants))
 	for tenant, name := range tenants {
 		p, ok := r.plans[name]
 		if !ok {
@@ -182,11 +188,11 @@ func NewStaticResolver(plans []Plan, defaultPlan string, tenants map[string]stri
 }
 
 // update replaces the assignments with a copy changed by edit.
-func (r *StaticResolver) update(edit func(map[string]Plan)) {
+func (r *StaticResolver) update(edit func(map[string]*compiledPlan)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := *r.tenants.Load()
-	next := make(map[string]Plan, len(old)+1)
+	next := make(map[string]*compiledPlan, len(old)+1)
 	for t, p := range old {
 		next[t] = p
 	}
@@ -203,19 +209,21 @@ func (r *StaticResolver) Assign(tenant, plan string) error {
 	if !ok {
 		return fmt.Errorf("%w: tenant %q assigned to %q", ErrUnknownPlan, truncate(tenant, 80), truncate(plan, 80))
 	}
-	r.update(func(m map[string]Plan) { m[tenant] = p })
+	r.update(func(m map[string]*compiledPlan) { m[tenant] = p })
 	return nil
 }
 
 // Unassign puts tenant back on the default plan.
 func (r *StaticResolver) Unassign(tenant string) {
-	r.update(func(m map[string]Plan) { delete(m, tenant) })
+	r.update(func(m map[string]*compiledPlan) { delete(m, tenant) })
 }
 
 // Plan returns the plan called name and whether there is one.
 func (r *StaticResolver) Plan(name string) (Plan, bool) {
-	p, ok := r.plans[name]
-	return p, ok
+	if cp, ok := r.plans[name]; ok {
+		return cp.plan, true
+	}
+	return Plan{}, false
 }
 
 // Plans returns the resolver's plans, in the order NewStaticResolver got
@@ -227,10 +235,16 @@ func (r *StaticResolver) Plans() []Plan {
 // ResolvePlan returns the plan assigned to tenant, or the default plan. It
 // never fails.
 func (r *StaticResolver) ResolvePlan(_ context.Context, tenant string) (Plan, error) {
-	if p, ok := (*r.tenants.Load())[tenant]; ok {
-		return p, nil
+	return r.resolveCompiled(tenant).plan, nil
+}
+
+// resolveCompiled returns the compiled plan of tenant; it implements
+// compiledResolver.
+func (r *StaticResolver) resolveCompiled(tenant string) *compiledPlan {
+	if cp, ok := (*r.tenants.Load())[tenant]; ok {
+		return cp
 	}
-	return r.fallback, nil
+	return r.fallback
 }
 
 func (r *StaticResolver) resolveWithin(ctx context.Context, tenant string, _ time.Duration) (Plan, error) {
@@ -239,12 +253,20 @@ func (r *StaticResolver) resolveWithin(ctx context.Context, tenant string, _ tim
 
 // SinglePlan returns a PlanResolver that gives every tenant plan p.
 func SinglePlan(p Plan) PlanResolver {
-	return singlePlan{p}
+	// A copy of the policies, so that the caller's slice changing later
+	// cannot change the plan under its compiled form.
+	p.Policies = slices.Clone(p.Policies)
+	cp, _ := compile(p) // nil if p is invalid: New reports why
+	return singlePlan{p, cp}
 }
 
-type singlePlan struct{ p Plan }
+type singlePlan struct {
+	p  Plan
+	cp *compiledPlan
+}
 
 func (s singlePlan) ResolvePlan(context.Context, string) (Plan, error) { return s.p, nil }
 func (s singlePlan) resolveWithin(context.Context, string, time.Duration) (Plan, error) {
 	return s.p, nil
 }
+func (s singlePlan) resolveCompiled(string) *compiledPlan { return s.cp }

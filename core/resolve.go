@@ -27,6 +27,17 @@ func (l *Limiter) resolve(ctx context.Context, tenant string) (Plan, error) {
 	return l.resolveAside(ctx, tenant)
 }
 
+// A compiledResolver is a PlanResolver of this package whose plans were
+// compiled when it was made: a decision takes the compiled plan from it
+// and skips the Limiter's plan cache, a quarter of a decision's cost on the
+// memory store (docs/performance.md). It cannot fail or block.
+type compiledResolver interface {
+	// resolveCompiled returns tenant's compiled plan, or nil if the plan
+	// did not compile: the Limiter then resolves it as any other, which
+	// reports why.
+	resolveCompiled(tenant string) *compiledPlan
+}
+
 // resolveAside runs a resolver that may ignore its context on a goroutine
 // of its own, and stops waiting for it at the deadline. It is apart from
 // resolve so that the goroutine's context, which escapes, costs the bounded
