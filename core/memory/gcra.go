@@ -68,7 +68,10 @@ func newRule(limit tollgate.Limit, cost int64) (rule, error) {
 // computed each time, as every limit did before.
 type ruleCache [ruleCacheSize]atomic.Pointer[cachedRule]
 
-const ruleCacheSize = 1 << 6
+const (
+	ruleCacheBits = 6
+	ruleCacheSize = 1 << ruleCacheBits
+)
 
 type cachedRule struct {
 	limit tollgate.Limit
@@ -94,7 +97,7 @@ func (c *ruleCache) find(limit tollgate.Limit, cost int64) *cachedRule {
 }
 
 func ruleIndex(limit tollgate.Limit) uint64 {
-	return (math.Float64bits(limit.Rate) ^ uint64(limit.Burst)) * 0x9e3779b97f4a7c15 >> (64 - 6)
+	return (math.Float64bits(limit.Rate) ^ uint64(limit.Burst)) * 0x9e3779b97f4a7c15 >> (64 - ruleCacheBits)
 }
 
 // fill computes the rule that find did not find, and keeps it if its
