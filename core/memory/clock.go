@@ -1,9 +1,7 @@
 package memory
 
 import (
-	"math/bits"
 	"sync"
-	"sync/atomic"
 	"time"
 	_ "unsafe" // for go:linkname
 )
@@ -54,234 +52,31 @@ func clamp(us int64) int64 {
 	return min(max(us, 0), maxNow)
 }
 
-// mono is the runtime's monotonic clock in microseconds since an origin,
-// read through the CPU's time-stamp counter where that is safe: a counter
-// read costs about 9 ns where the runtime's clock costs 21
-// (docs/performance.md). The counter is converted with a rate measured
-// against the runtime's clock 10 ms after the origin and every second from
-// then on; a rate that drifts by more than a thousandth between two
-// measures turns the counter off for good.
+// mono is the runtime's monotonic clock in microseconds since an origin.
 //
-// A GCRA bucket that sees time go back denies a request that has its
-// tokens, so the counter's clock never steps: each new rate starts where
-// the previous one reads, and is slewed by the difference to the runtime's
-// clock so that the two meet one second later. The one step left is when
-// the counter is turned off, back by at most a millisecond, once.
+// The CPU's time-stamp counter is cheaper to read where it is read out of
+// order, and no cheaper where it is not: on the Intel VM of
+// docs/performance.md a bare RDTSC costs 20 ns, a fenced one 39, and
+// nanotime, which fences it, 38. Read out of order, a reading on one CPU
+// fell up to 6 µs behind one another CPU had published before it
+// (BenchmarkClockAcrossCPUs), and a clock that steps back denies requests
+// that have their tokens. So the Store reads the runtime's clock.
 var (
-	mono      tscClock
+	mono      monoClock
 	startMono sync.Once
 )
 
-type tscClock struct {
+type monoClock struct {
 	origin     time.Time // micros counts from here
 	originNano int64     // nanotime() at origin, within a few ns
-
-	anchor atomic.Pointer[tscAnchor] // calibrated; nil while not, or off
-	state  atomic.Int32
-	mu     sync.Mutex // held by the goroutine that measures
-	last   *tscAnchor // the anchor to measure from, calibrated or not; guarded by mu
 }
 
-// A tscAnchor is a counter reading and the runtime's clock at the same
-// instant, the rate measured up to it, and what the clock reads at it. It
-// is never changed once published.
-type tscAnchor struct {
-	tsc int64 // a counter reading
-	ns  int64 // nanotime() at the same instant
-
-	// the clock's reading at tsc, in whole microseconds since the origin
-	// and a fraction of 2^64
-	us     int64
-	usFrac uint64
-
-	rate      uint64 // measured microseconds a tick, a fraction of 2^64; 0 when not measured yet
-	usPerTick uint64 // rate, slewed: what the clock advances by a tick
-	span      uint64 // ticks after tsc when to measure again
-}
-
-// at returns the clock's reading d ticks after the anchor, in whole
-// microseconds and a fraction of 2^64. The slew ends with the span: past
-// it, where the clock has met the runtime's, it runs at the measured rate,
-// so that a store idle for hours does not carry the slew along.
-func (a *tscAnchor) at(d uint64) (us int64, frac uint64) {
-	hi, lo := bits.Mul64(min(d, a.span), a.usPerTick)
-	if d > a.span {
-		h, l := bits.Mul64(d-a.span, a.rate)
-		var c uint64
-		lo, c = bits.Add64(lo, l, 0)
-		hi += h + c
-	}
-	frac, carry := bits.Add64(lo, a.usFrac, 0)
-	return a.us + int64(min(hi+carry, maxNow)), frac
-}
-
-// read returns the clock's reading d ticks after the anchor.
-func (a *tscAnchor) read(d uint64) int64 {
-	us, _ := a.at(d)
-	return min(us, maxNow)
-}
-
-const (
-	tscOff = iota
-	tscOn
-
-	tscFirstCalibration = 10 * time.Millisecond
-	tscRecalibration    = time.Second
-
-	// tscPairTicks bounds the ticks between the two counter readings
-	// around a clock reading (about 1 µs at 10 GHz, 10 µs at 1 GHz).
-	tscPairTicks = 10_000
-
-	// tscMaxSlew bounds the difference to the runtime's clock that one
-	// recalibration takes out, in ns: a thousandth of its period.
-	tscMaxSlew = int64(tscRecalibration / 1000)
-)
-
-func (c *tscClock) start() {
+func (c *monoClock) start() {
 	c.origin = time.Now()
 	c.originNano = nanotime()
-	if !tscUsable() {
-		return
-	}
-	if _, t, n, ok := tscPair(); ok {
-		c.last = &tscAnchor{tsc: t, ns: n}
-		c.state.Store(tscOn)
-	}
 }
 
-// tscPair reads the counter and the runtime's clock at one instant: a pair
-// of readings is only as good as the time between them, so the counter is
-// read on both sides, and the pair refused if the goroutine was held up in
-// between. tsc is the middle of the two readings, before the first.
-func tscPair() (before, tsc, ns int64, ok bool) {
-	before = rdtsc()
-	ns = nanotime()
-	after := rdtsc()
-	return before, before + (after-before)/2, ns, after-before <= tscPairTicks
-}
-
-// micros returns the whole microseconds since the origin: from the counter
-// when it is calibrated, else from the runtime's clock.
-func (c *tscClock) micros() int64 {
-	if a := c.anchor.Load(); a != nil {
-		if d := uint64(rdtsc() - a.tsc); d <= a.span {
-			// at(d) within the span, without its branch for beyond it.
-			hi, lo := bits.Mul64(d, a.usPerTick)
-			_, carry := bits.Add64(lo, a.usFrac, 0)
-			return min(a.us+int64(hi+carry), maxNow)
-		}
-	} else if c.state.Load() == tscOff {
-		return clamp((nanotime() - c.originNano) / 1000)
-	}
-	return c.slow()
-}
-
-// slow reads the clock when the anchor is older than its span, or there is
-// none: it measures the counter anew if no other goroutine is at it, and
-// reads from the latest anchor still, so that the clock does not step to
-// the runtime's.
-func (c *tscClock) slow() int64 {
-	n := c.measure()
-	if a := c.anchor.Load(); a != nil {
-		return a.read(uint64(max(rdtsc()-a.tsc, 0)))
-	}
-	return clamp((n - c.originNano) / 1000)
-}
-
-// measure reads the runtime's clock and, unless another goroutine is at it,
-// measures the counter's rate since the last anchor and anchors it anew.
-func (c *tscClock) measure() int64 {
-	n := nanotime()
-	if c.state.Load() != tscOn || !c.mu.TryLock() {
-		return n
-	}
-	defer c.mu.Unlock()
-	before, t, n, ok := tscPair()
-	if !ok || c.state.Load() != tscOn {
-		return n
-	}
-	switch m, span, v := recalibrate(c.last.tsc, c.last.ns, c.last.rate, t, n); v {
-	case tscBroken:
-		c.state.Store(tscOff)
-		c.anchor.Store(nil)
-	case tscMeasured:
-		c.last = nextAnchor(c.anchor.Load(), before, t, n-c.originNano, m, span)
-		c.last.ns = n
-		c.anchor.Store(c.last)
-	}
-	return n
-}
-
-// nextAnchor makes the anchor at counter reading t, where the runtime's
-// clock read since ns after the origin between counter readings before
-// and t, for a measured rate m and its span. The new anchor reads what prev
-// reads at t, and advances at m slewed by the difference to the runtime's
-// clock, so that it meets that clock a span later. With no prev it starts
-// from the runtime's clock, as read at before: never behind what that
-// clock read before the counter took over.
-func nextAnchor(prev *tscAnchor, before, t, since int64, m, span uint64) *tscAnchor {
-	a := &tscAnchor{tsc: t, rate: m, usPerTick: m, span: span}
-	if prev == nil {
-		first := &tscAnchor{us: since / 1000, rate: m, usPerTick: m, span: span}
-		first.usFrac, _ = bits.Div64(uint64(since%1000), 0, 1000)
-		a.us, a.usFrac = first.at(uint64(t - before))
-		return a
-	}
-	a.us, a.usFrac = prev.at(uint64(max(t-prev.tsc, 0)))
-	ahead := (a.us*1000 + int64((a.usFrac>>32)*1000>>32)) - since
-	ahead = min(max(ahead, -tscMaxSlew), tscMaxSlew)
-	// usPerTick = m (1 s - ahead) / 1 s
-	hi, lo := bits.Mul64(m, uint64(max(ahead, -ahead)))
-	adj, _ := bits.Div64(hi, lo, uint64(tscRecalibration))
-	if ahead > 0 {
-		a.usPerTick = m - adj
-	} else {
-		a.usPerTick = m + adj
-	}
-	return a
-}
-
-// What recalibrate found.
-const (
-	tscKeep     = iota // too early to measure, or readings out of order: change nothing
-	tscMeasured        // a new rate, from the anchor to now
-	tscBroken          // the counter cannot be trusted
-)
-
-// recalibrate measures the counter's rate between the anchor (t0, n0) and
-// now (t, n), in ticks and nanoseconds, given the rate m measured before (0
-// for none), in microseconds a tick as a fraction of 2^64. It returns the
-// new rate and the ticks of one recalibration period.
-func recalibrate(t0, n0 int64, m uint64, t, n int64) (usPerTick, span uint64, verdict int) {
-	dt, dn := t-t0, n-n0
-	switch {
-	case dt <= 0 || dn < 0:
-		// A reading on another CPU taken a hair before the anchor's:
-		// the counter is not read in order with memory.
-		return 0, 0, tscKeep
-	case m == 0 && dn < int64(tscFirstCalibration):
-		return 0, 0, tscKeep
-	case m != 0:
-		// What the old rate says of the time since the anchor, in ns.
-		hi, lo := bits.Mul64(uint64(dt), m)
-		predicted := int64(hi*1000 + (lo>>32)*1000>>32)
-		if drift := predicted - dn; max(drift, -drift) > dn/1000+1000 {
-			return 0, 0, tscBroken
-		}
-	}
-	for dt > 1<<50 { // weeks without a Take: keep 1000 dt below 2^63
-		dt, dn = dt>>1, dn>>1
-	}
-	// A rate no counter has: 1 MHz or less, or over 100 GHz.
-	if dn/1000 >= dt || dt/100 > dn {
-		return 0, 0, tscBroken
-	}
-	// usPerTick = dn / (1000 dt) as a fraction of 2^64; dn < 1000 dt.
-	usPerTick, _ = bits.Div64(uint64(dn), 0, 1000*uint64(dt))
-	if usPerTick == 0 {
-		return 0, 0, tscBroken
-	}
-	// span = 1 s in ticks = 1e6 µs / usPerTick.
-	span, _ = bits.Div64(uint64(tscRecalibration/time.Microsecond), 0, usPerTick)
-	return usPerTick, span, tscMeasured
+// micros returns the whole microseconds since the origin.
+func (c *monoClock) micros() int64 {
+	return clamp((nanotime() - c.originNano) / 1000)
 }

@@ -1,30 +1,20 @@
 package memory
 
-import (
-	"os"
-	"unsafe"
-)
+import "unsafe"
 
-// rdtsc reads the CPU's time-stamp counter.
+// rdtsc reads the CPU's time-stamp counter as RDTSC does, out of order with
+// the loads around it; rdtscOrdered waits for the loads before it, as the
+// kernel's clock does. Only BenchmarkClockAcrossCPUs and BenchmarkTakeParts
+// read them, to show why the Store reads the runtime's clock instead.
 func rdtsc() int64
 
-func cpuid(leaf uint32) (eax, ebx, ecx, edx uint32)
+func rdtscOrdered() int64
 
-// tscUsable reports whether the time-stamp counter ticks at a constant
-// rate in every state of the CPU (invariant TSC) and the kernel keeps its
-// own clock on it, which it does only once it has found the counters of all
-// CPUs in step. Not so under kvm-clock: on such a VM the counters of two
-// vCPUs were measured up to 55 µs apart (BenchmarkClockAcrossCPUs).
-func tscUsable() bool {
-	if max, _, _, _ := cpuid(0x80000000); max < 0x80000007 {
-		return false
-	}
-	if _, _, _, edx := cpuid(0x80000007); edx&(1<<8) == 0 {
-		return false
-	}
-	src, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-	return err == nil && string(src) == "tsc\n"
-}
+// cpuid runs CPUID at leaf, subleaf 0. hasPrefetchW calls it; the linter
+// takes both for unused, as only tsc_amd64.s reads hasPrefetchW.
+//
+//nolint:unused
+func cpuid(leaf uint32) (eax, ebx, ecx, edx uint32)
 
 // prefetchw asks for the cache line at p with the intent to write it, on
 // CPUs that have PREFETCHW.

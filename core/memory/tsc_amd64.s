@@ -8,6 +8,15 @@ TEXT ·rdtsc(SB), NOSPLIT, $0-8
 	MOVQ AX, ret+0(FP)
 	RET
 
+// func rdtscOrdered() int64
+TEXT ·rdtscOrdered(SB), NOSPLIT, $0-8
+	LFENCE
+	RDTSC
+	SHLQ $32, DX
+	ORQ  DX, AX
+	MOVQ AX, ret+0(FP)
+	RET
+
 // func cpuid(leaf uint32) (eax, ebx, ecx, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL leaf+0(FP), AX

@@ -6,6 +6,6 @@ import "unsafe"
 
 func rdtsc() int64 { return 0 }
 
-func tscUsable() bool { return false }
+func rdtscOrdered() int64 { return 0 }
 
 func prefetchw(unsafe.Pointer) {}
