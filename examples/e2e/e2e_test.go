@@ -27,6 +27,17 @@ var bins map[string]string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The parallel tests here spend their time waiting for tokens to come
+	// back, not on the CPUs: run up to twelve at once (six apps on two
+	// stores) unless -parallel says otherwise, rather than GOMAXPROCS.
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", "12"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	dir, err := os.MkdirTemp("", "tollgate-examples-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

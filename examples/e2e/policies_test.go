@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core/redisstore"
 	"github.com/tollgate-go/tollgate/examples/internal/demo"
 	"github.com/tollgate-go/tollgate/examples/internal/launch"
 	"github.com/tollgate-go/tollgate/internal/testredis"
@@ -19,7 +18,7 @@ import (
 // several policies.
 type storeMode struct {
 	name  string
-	redis bool // run the apps on the shared Redis, one at a time
+	redis bool // run each app on a Redis server of its own
 }
 
 var storeModes = []storeMode{
@@ -27,31 +26,25 @@ var storeModes = []storeMode{
 	{name: "redis", redis: true},
 }
 
-// runPolicies runs test against every app on every store mode: in
-// parallel on the memory store, whose apps count on their own; one after
-// the other on the shared Redis, where the demo's named tenants would
-// meet, with the tenant's keys deleted before and after each.
+// runPolicies runs test against every app on every store mode, all in
+// parallel: on the memory store each app counts on its own, and on Redis
+// each has a server of its own.
 func runPolicies(t *testing.T, tenant string, test func(t *testing.T, app *launch.App)) {
 	for _, mode := range storeModes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			for _, fw := range launch.Frameworks {
 				t.Run(fw, func(t *testing.T) {
+					t.Parallel()
 					if !mode.redis {
-						t.Parallel()
 						test(t, start(t, fw))
 						return
 					}
-					addr := testredis.Shared(t)
-					clean := func() {
-						for _, prefix := range []string{redisstore.DefaultPrefix + "{" + tenant + "}", redisstore.DefaultPrefix + "{#epoch}"} {
-							if _, err := testredis.DeleteKeys(addr, prefix); err != nil {
-								t.Error(err)
-							}
-						}
-					}
-					clean()
-					t.Cleanup(clean) // after the app has stopped: cleanups run last first
-					test(t, start(t, fw, "REDIS_URL=redis://"+addr+"/0"))
+					// A server of each app's own: the apps share the
+					// tenant's keys, and so could not run side by side on
+					// one. It is killed, its keys with it, when the test ends.
+					srv := testredis.Start(t)
+					test(t, start(t, fw, "REDIS_URL=redis://"+srv.Addr()+"/0"))
 				})
 			}
 		})

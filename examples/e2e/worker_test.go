@@ -39,6 +39,7 @@ type workerSummary struct {
 // tenants' jobs start without waiting: no Wait of theirs reserves a later
 // turn.
 func TestWorkerSharesBudgetsThroughRedis(t *testing.T) {
+	t.Parallel() // 30 s mostly waiting: other tests run meanwhile
 	addr := testredis.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
