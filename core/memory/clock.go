@@ -54,13 +54,13 @@ func clamp(us int64) int64 {
 
 // mono is the runtime's monotonic clock in microseconds since an origin.
 //
-// The CPU's time-stamp counter is cheaper to read where it is read out of
-// order, and no cheaper where it is not: on the Intel VM of
-// docs/performance.md a bare RDTSC costs 20 ns, a fenced one 39, and
-// nanotime, which fences it, 38. Read out of order, a reading on one CPU
+// The CPU's time-stamp counter is cheaper to read only out of order: on the
+// Intel VM of docs/performance.md a bare RDTSC costs 17 ns, a fenced one 25,
+// and nanotime, which fences it, 33. Read out of order, a reading on one CPU
 // fell up to 6 µs behind one another CPU had published before it
-// (BenchmarkClockAcrossCPUs), and a clock that steps back denies requests
-// that have their tokens. So the Store reads the runtime's clock.
+// (BenchmarkClockAcrossCPUs), and its calibration against the runtime's
+// clock once saw drift and stepped back 1 ms; a clock that steps back denies
+// requests that have their tokens. So the Store reads the runtime's clock.
 var (
 	mono      monoClock
 	startMono sync.Once
