@@ -31,11 +31,11 @@ func BenchmarkTake(b *testing.B) {
 
 // BenchmarkTakeParts times each step of BenchmarkTake's Take on its own:
 // reading the clock five ways (the CPU's counter read out of order and in
-// order, the Store's clock, the runtime's, time.Since), hashing the key, preparing the limit (computed,
-// and from the Store's cache of rules), and the decision on the table
-// (probe, GCRA, compare-and-swap); then the whole Take, and TakeAt, which
-// the Limiter calls with the time it has read. Each iteration times a block
-// of 256 runs of every step in turn; the metric
+// order, the Store's clock, the runtime's, time.Since), hashing the key,
+// preparing the limit (computed, and from the Store's cache of rules), and
+// the decision on the table (probe, GCRA, compare-and-swap); then the whole
+// Take, and TakeAt, which the Limiter calls with the time it has read. Each
+// iteration times a block of 256 runs of every step in turn; the metric
 // <step>-ns/op is a step's median over the blocks, which a block that was
 // descheduled on a busy machine does not move.
 func BenchmarkTakeParts(b *testing.B) {

@@ -29,7 +29,7 @@ var storeModes = []storeMode{
 // runPolicies runs test against every app on every store mode, all in
 // parallel: on the memory store each app counts on its own, and on Redis
 // each has a server of its own.
-func runPolicies(t *testing.T, tenant string, test func(t *testing.T, app *launch.App)) {
+func runPolicies(t *testing.T, test func(t *testing.T, app *launch.App)) {
 	for _, mode := range storeModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
@@ -69,7 +69,7 @@ func TestTrialDailyQuota(t *testing.T) {
 		t.Skipf("UTC midnight is %ds away: the quota's period would end during the test", s)
 	}
 	const tenant = "umbrella"
-	runPolicies(t, tenant, func(t *testing.T, app *launch.App) {
+	runPolicies(t, func(t *testing.T, app *launch.App) {
 		c := newClient()
 		hello := app.URL + "/api/hello"
 		began := time.Now()
@@ -187,7 +187,7 @@ func TestTrialDailyQuota(t *testing.T) {
 // bucket still holds 50 tokens, and GET /api/hello still passes.
 func TestReportsBudget(t *testing.T) {
 	const tenant = "initech"
-	runPolicies(t, tenant, func(t *testing.T, app *launch.App) {
+	runPolicies(t, func(t *testing.T, app *launch.App) {
 		c := newClient()
 		reports, hello := app.URL+"/api/reports", app.URL+"/api/hello"
 		for i := 1; i <= 5; i++ {
