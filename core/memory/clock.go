@@ -76,7 +76,9 @@ func (c *monoClock) start() {
 	c.originNano = nanotime()
 }
 
-// micros returns the whole microseconds since the origin.
+// micros returns the whole microseconds since the origin. The runtime's
+// clock never reads before the origin, which it read first, so the
+// difference is divided unsigned, a step shorter than signed.
 func (c *monoClock) micros() int64 {
-	return clamp((nanotime() - c.originNano) / 1000)
+	return int64(min(uint64(nanotime()-c.originNano)/1000, maxNow))
 }

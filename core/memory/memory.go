@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"math/rand/v2"
 	"runtime"
@@ -99,21 +100,15 @@ func (s *Store) Take(_ context.Context, key string, limit tollgate.Limit, cost i
 	if b == nil {
 		return tollgate.Result{}, s.unusable()
 	}
-	// The bucket first: its cache line is on its way while the limit is
-	// checked and the clock read.
-	var k lookup
-	b.lookup(&k, key)
-	r, err := b.rules.get(limit, cost)
-	if err != nil {
-		return tollgate.Result{}, err
+	ce := b.rules.find(limit, cost)
+	if ce == nil || b.clock.test != nil {
+		r, err := b.rules.get(limit, cost)
+		if err != nil {
+			return tollgate.Result{}, err
+		}
+		return b.take(key, 0, &r, cost, b.clock.now()), nil
 	}
-	var now int64
-	if b.clock.test == nil { // clock.now, which is too large to be inlined
-		now = mono.micros()
-	} else {
-		now = b.clock.now()
-	}
-	return b.decide(&k, &r, cost, now), nil
+	return b.take(key, 0, &ce.rule, cost, readClock), nil
 }
 
 // TakeAt is Take at the time now, which must carry a monotonic clock
@@ -135,9 +130,7 @@ func (s *Store) TakeAt(_ context.Context, key string, limit tollgate.Limit, cost
 	} else {
 		us = b.clock.at(now)
 	}
-	var k lookup
-	b.lookup(&k, key)
-	return b.decide(&k, &r, cost, us), nil
+	return b.take(key, 0, &r, cost, us), nil
 }
 
 // NonBlocking marks the Store as one whose Take never waits on I/O.
@@ -225,38 +218,54 @@ func newBuckets(cfg config) *buckets {
 	return b
 }
 
-// lookup makes k the lookup of key: it hashes key, finds the table and the
-// home slot, and asks for the slot's cache line for writing. Read first,
-// the line would come shared from a core that wrote it last, and the
-// compare-and-swap would need a second trip to that core
-// (docs/performance.md).
-func (b *buckets) lookup(k *lookup, key string) {
-	k.set(b.seed, key)
-	k.table = b.tables[k.hash&b.shardMask].Load()
-	k.home = k.table.home(k.meta)
-	prefetchw(unsafe.Pointer(&k.table.slots[k.home]))
-}
+// readClock, as the time of a decision, makes buckets.take read the
+// monotonic clock itself.
+const readClock = -1
 
-// decide takes cost tokens at now from the bucket of k, located, under r:
-// one decision, whichever entry point it came through. The path of a
-// tracked bucket is written out in full (table.find, table.holds and
-// takeFrom, as the slow path calls them): the calls cost a sixth of a Take.
-func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
-	t := k.table
+// take takes cost tokens at now from the bucket of key under r: one
+// decision, whichever entry point it came through. flag is 0, but when
+// takeDigest passes the SHA-256 of a key longer than maxInlineKey as key
+// and digestFlag as flag. A negative now is readClock.
+//
+// The path of a tracked bucket is written out in full, with no lookup
+// built and no call but the hash and the clock (table.find, table.holds
+// and takeFrom, as the slow path calls them): the calls and the lookup
+// cost 5 % of a hot-key Take. The slot's cache line is asked for with
+// the intent to write it before the clock is read, so that it arrives
+// meanwhile: read first, it would come shared from a core that wrote it
+// last, and the compare-and-swap would need a second trip to that core
+// (docs/performance.md).
+func (b *buckets) take(key string, flag uint64, r *rule, cost, now int64) tollgate.Result {
+	if len(key) > maxInlineKey {
+		return b.takeDigest(key, r, cost, now)
+	}
+	p := unsafe.Pointer(unsafe.StringData(key))
+	n := len(key)
+	var short0, short1 uint64 // as lookup.short
+	if uint(n-8) <= 8 {
+		short0 = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8))
+		short1 = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, n-8)), 8))
+	}
+	hash := uint64(memhash(p, b.seed, uintptr(n)))
+	meta := metaOf(hash, flag, n)
+	t := b.tables[hash&b.shardMask].Load()
 	slots := t.slots
-	n := len(slots)
-	i := k.home
-	for range n {
+	i := t.home(meta)
+	prefetchw(unsafe.Pointer(&slots[i]))
+	if now < 0 {
+		now = mono.micros()
+	}
+	for range len(slots) {
 		sl := &slots[i]
 		m := sl.meta.Load()
-		if m&^refMask == k.meta {
+		if m&^refMask == meta {
 			var same bool // t.holds(m, k)
 			if l := m >> lengthShift & lengthMask; l-8 <= 8 {
-				p := t.bytes(m)
-				same = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8)) == k.short[0] &&
-					binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(p, l-8)), 8)) == k.short[1]
+				q := t.bytes(m)
+				same = binary.LittleEndian.Uint64(unsafe.Slice((*byte)(q), 8)) == short0 &&
+					binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Add(q, l-8)), 8)) == short1
 			} else {
-				same = t.key(m) == k.stored()
+				same = t.key(m) == key
 			}
 			if same {
 				for { // takeFrom(sl, r, cost, now) and r.take
@@ -287,11 +296,22 @@ func (b *buckets) decide(k *lookup, r *rule, cost, now int64) tollgate.Result {
 		} else if m == 0 {
 			break
 		}
-		if i++; i == n {
+		if i++; i == len(slots) {
 			i = 0
 		}
 	}
-	return b.shards[k.hash&b.shardMask].takeLocked(b, k, r, cost, now)
+	k := lookup{given: key, short: [2]uint64{short0, short1}, hash: hash, meta: meta}
+	if flag&digestFlag != 0 {
+		copy(k.digest[:], key)
+	}
+	return b.shards[hash&b.shardMask].takeLocked(b, &k, r, cost, now)
+}
+
+// takeDigest is take for a key stored as its SHA-256, kept apart so that
+// the digest's room is set aside only for such keys.
+func (b *buckets) takeDigest(key string, r *rule, cost, now int64) tollgate.Result {
+	d := sha256.Sum256(unsafe.Slice(unsafe.StringData(key), len(key)))
+	return b.take(unsafe.String(&d[0], len(d)), digestFlag, r, cost, now)
 }
 
 // takeFrom applies one decision to a tracked bucket. It reports false when
@@ -315,7 +335,7 @@ func takeFrom(sl *slot, r *rule, cost, now int64) (tollgate.Result, bool) {
 	}
 }
 
-// takeLocked is the slow path of decide: it looks again under the lock and
+// takeLocked is the slow path of take: it looks again under the lock and
 // adds the bucket if it is still missing, making room first at the cap.
 func (sh *shard) takeLocked(b *buckets, k *lookup, r *rule, cost, now int64) tollgate.Result {
 	sh.mu.Lock()

@@ -53,10 +53,8 @@ func (b *buckets) takeMain(op *tollgate.Op, limit tollgate.Limit) error {
 	if err != nil {
 		return err
 	}
-	var k lookup
-	b.lookup(&k, op.Key)
 	now := b.clock.opNow(op.Now)
-	res := b.decide(&k, &r, cost, now)
+	res := b.take(op.Key, 0, &r, cost, now)
 	op.Allowed, op.Delay = res.Allowed, 0
 	op.Results = append(op.Results[:0], res)
 	op.Marks = op.Marks[:0]

@@ -63,17 +63,15 @@ const (
 )
 
 // A lookup is a key ready to look up: the bytes stored for it, its hash and
-// the meta its slot holds (with a zero reference). It is computed once per
-// decision.
+// the meta its slot holds (with a zero reference). Ops and the slow path of
+// a Take compute one; the fast path of a Take keeps the same figures in
+// registers (buckets.take).
 type lookup struct {
 	given  string    // the key as given, when it is stored as it is
 	short  [2]uint64 // the first and last 8 bytes of a key of 8 to 16 bytes
 	digest [32]byte  // its SHA-256 when it is longer than maxInlineKey
 	hash   uint64
 	meta   uint64
-
-	table *table // where buckets.lookup found the key's shard; may be stale
-	home  int    // the first slot of its probe sequence in table
 }
 
 // memhash is the runtime's hash of byte strings, the one maps use (AES
@@ -103,8 +101,14 @@ func (k *lookup) set(seed uintptr, s string) {
 		}
 	}
 	k.hash = uint64(memhash(p, seed, uintptr(n)))
-	// The tag takes the hash's top bits; the shard takes its bottom ones.
-	k.meta = (k.hash>>tagShift|1)<<tagShift | flag | uint64(n)<<lengthShift
+	k.meta = metaOf(k.hash, flag, n)
+}
+
+// metaOf returns the meta of the slot of stored bytes of length n, hash hash
+// and flags flag, with a zero reference. The tag takes the hash's top bits;
+// the shard takes its bottom ones.
+func metaOf(hash, flag uint64, n int) uint64 {
+	return (hash>>tagShift|1)<<tagShift | flag | uint64(n)<<lengthShift
 }
 
 // stored returns the bytes the table keeps for k. (A string into k.digest
