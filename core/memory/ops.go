@@ -129,42 +129,55 @@ type ruleKey struct {
 // identity too long to store is stored as its SHA-256, which the digest
 // flag keeps apart from stored bytes that are not a digest.
 func (rk *ruleKey) set(seed uintptr, k *lookup, sub string, quota bool, start, expires int64) {
-	var id [startBytes + maxInlineKey + maxInlineKey + 1]byte
-	n := 0
 	flags := uint64(ruleFlag)
 	rk.skip = 0
+	var period [8]byte
 	if quota {
-		var s [8]byte
-		binary.LittleEndian.PutUint64(s[:], uint64(floorDiv(start, 1e6)))
-		n = copy(id[:], s[:startBytes])
+		binary.LittleEndian.PutUint64(period[:], uint64(floorDiv(start, 1e6)))
 		binary.LittleEndian.PutUint64(rk.bytes[:], uint64(expires))
 		flags |= quotaFlag
 		rk.skip = hintBytes
 	}
-	n += copy(id[n:], k.stored())
+	stored := k.stored()
 	code := byte(len(sub)) // 0 to maxInlineKey, or a digest
+	var subDigest [sha256.Size]byte
 	if len(sub) > maxInlineKey {
-		d := sha256.Sum256(unsafe.Slice(unsafe.StringData(sub), len(sub)))
-		n += copy(id[n:], d[:])
+		subDigest = sha256.Sum256(unsafe.Slice(unsafe.StringData(sub), len(sub)))
+		sub = unsafe.String(&subDigest[0], len(subDigest))
 		code = maxInlineKey + 1
-	} else {
-		n += copy(id[n:], sub)
 	}
 	if k.meta&digestFlag != 0 {
 		code |= 0x80
 	}
-	id[n] = code
-	n++
-	if n > maxInlineKey-rk.skip {
-		d := sha256.Sum256(id[:n])
+	n := len(stored) + len(sub) + 1
+	if quota {
+		n += startBytes
+	}
+	// The identity is built where it is stored when it fits, which spares
+	// a copy of it; only a longer one needs room of its own, to be hashed.
+	if n <= maxInlineKey-rk.skip {
+		appendIdentity(rk.bytes[rk.skip:rk.skip], quota, &period, stored, sub, code)
+	} else {
+		var long [startBytes + maxInlineKey + maxInlineKey + 1]byte
+		d := sha256.Sum256(appendIdentity(long[:0], quota, &period, stored, sub, code))
 		n = copy(rk.bytes[rk.skip:], d[:])
 		flags |= digestFlag
-	} else {
-		copy(rk.bytes[rk.skip:], id[:n])
 	}
 	rk.n = rk.skip + n
 	rk.hash = uint64(memhash(unsafe.Pointer(&rk.bytes[rk.skip]), seed, uintptr(n)))
-	rk.meta = (rk.hash>>tagShift|1)<<tagShift | flags | uint64(rk.n)<<lengthShift
+	rk.meta = metaOf(rk.hash, flags, rk.n)
+}
+
+// appendIdentity appends the identity of a rule to dst: the first
+// startBytes of period for a quota, the tenant's stored bytes, the rule's
+// sub (or its SHA-256) and code, which tells where the two meet.
+func appendIdentity(dst []byte, quota bool, period *[8]byte, stored, sub string, code byte) []byte {
+	if quota {
+		dst = append(dst, period[:startBytes]...)
+	}
+	dst = append(dst, stored...)
+	dst = append(dst, sub...)
+	return append(dst, code)
 }
 
 func floorDiv(a, b int64) int64 {
@@ -306,7 +319,7 @@ func (b *buckets) do(op *tollgate.Op) error {
 			locked = true
 			continue
 		}
-		lr, err := newRule(src.Limit, 1) // a cost above Burst is denied, as Model does
+		lr, err := b.rules.get(src.Limit, 1) // a cost above Burst is denied, as Model does
 		if err != nil {
 			return err
 		}
