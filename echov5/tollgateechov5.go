@@ -110,7 +110,7 @@ func MiddlewareWithConfig(cfg Config) echo.MiddlewareFunc {
 var framework = tollgatehttp.Framework[*echo.Context]{
 	Context: func(c *echo.Context) context.Context { return c.Request().Context() },
 	Method:  func(c *echo.Context) string { return c.Request().Method },
-	Header:  func(c *echo.Context, name string) string { return c.Request().Header.Get(name) },
+	Header:  func(c *echo.Context, name string) string { return tollgatehttp.HeaderValue(c.Request().Header, name) },
 	Route:   (*echo.Context).Path,
 }
 
@@ -219,14 +219,7 @@ func (e *Error) ProblemError() *echo.ProblemError {
 // from the authenticated principal.
 func TenantFromHeader(name string) func(*echo.Context) string {
 	key := http.CanonicalHeaderKey(name)
-	return func(c *echo.Context) string {
-		// Indexing the map with the canonical key saves the
-		// canonicalisation that Header.Get repeats on every call.
-		if v := c.Request().Header[key]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
+	return func(c *echo.Context) string { return tollgatehttp.HeaderValue(c.Request().Header, key) }
 }
 
 // TenantFromContext returns a tenant function for Config.Tenant that reads

@@ -103,12 +103,7 @@ func WithMissingTenantHandler(fn gin.HandlerFunc) Option {
 // from the authenticated principal.
 func TenantFromHeader(name string) func(*gin.Context) string {
 	key := http.CanonicalHeaderKey(name)
-	return func(c *gin.Context) string {
-		if v := c.Request.Header[key]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
+	return func(c *gin.Context) string { return tollgatehttp.HeaderValue(c.Request.Header, key) }
 }
 
 // TenantFromContext returns a tenant function for WithTenant that reads the
@@ -138,7 +133,7 @@ func TenantFromClientIP(trustedProxies ...netip.Prefix) func(*gin.Context) strin
 var framework = tollgatehttp.Framework[*gin.Context]{
 	Context: func(c *gin.Context) context.Context { return c.Request.Context() },
 	Method:  func(c *gin.Context) string { return c.Request.Method },
-	Header:  func(c *gin.Context, name string) string { return c.Request.Header.Get(name) },
+	Header:  func(c *gin.Context, name string) string { return tollgatehttp.HeaderValue(c.Request.Header, name) },
 	Route:   (*gin.Context).FullPath,
 }
 

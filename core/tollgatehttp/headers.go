@@ -35,8 +35,9 @@ func VisitHeaders(d *tollgate.Decision, set func(name, value string)) {
 	}
 	ph := policyHeadersOf(d)
 	var blk headerBlock
-	s := string(appendRequestValues(&blk, d, ph))
-	n := blk.split(s, d.Allowed)
+	var ends valueEnds
+	s := string(appendRequestValues(blk.buf[:0], &ends, d, ph))
+	n := blk.split(s, &ends, d.Allowed)
 	set(HeaderLimit, ph.limits[ph.index(d)][0])
 	set(HeaderRemaining, blk.vals[0])
 	set(HeaderReset, blk.vals[1])
@@ -71,14 +72,15 @@ func WriteHeaders(h http.Header, d *tollgate.Decision) {
 	// The policy values are shared, read-only slices; the request's values
 	// and the slices that hold them share one allocation.
 	blk := new(headerBlock)
-	b := appendRequestValues(blk, d, ph)
+	var ends valueEnds
+	b := appendRequestValues(blk.buf[:0], &ends, d, ph)
 	var s string
 	if len(b) <= len(blk.buf) {
 		s = unsafe.String(&blk.buf[0], len(b)) // b was built in blk.buf
 	} else {
 		s = string(b)
 	}
-	n := blk.split(s, d.Allowed)
+	n := blk.split(s, &ends, d.Allowed)
 	h[HeaderLimit] = ph.limits[ph.index(d)]
 	h[HeaderPolicy] = ph.policy
 	h[HeaderRemaining] = blk.vals[0:1:1]
@@ -93,51 +95,54 @@ func WriteHeaders(h http.Header, d *tollgate.Decision) {
 // one-element slices that a header map refers to.
 type headerBlock struct {
 	vals [4]string // Remaining, Reset, RateLimit, Retry-After
-	ends [4]int
 	buf  [96]byte
 }
 
-// split cuts s, as appendRequestValues made it, into blk.vals and returns
-// how many values there are.
-func (blk *headerBlock) split(s string, allowed bool) int {
+// valueEnds are where the values end in the bytes appendRequestValues
+// makes. They stay out of the headerBlock, which is allocated per request:
+// a smaller block is a smaller size class to allocate and to scan.
+type valueEnds [4]int
+
+// split cuts s, as appendRequestValues made it with ends, into blk.vals
+// and returns how many values there are.
+func (blk *headerBlock) split(s string, ends *valueEnds, allowed bool) int {
 	n := 3
 	if !allowed {
 		n = 4
 	}
 	start := 0
 	for i := 0; i < n; i++ {
-		end := blk.ends[i]
+		end := ends[i]
 		blk.vals[i] = s[start:end]
 		start = end
 	}
 	return n
 }
 
-// appendRequestValues formats the values that change with each request
-// into blk.buf (or, if they do not fit, a larger buffer), recording where
-// each ends in blk.ends.
-func appendRequestValues(blk *headerBlock, d *tollgate.Decision, ph *policyHeaders) []byte {
-	b := strconv.AppendInt(blk.buf[:0], d.Remaining, 10)
-	blk.ends[0] = len(b)
+// appendRequestValues appends the values that change with each request to
+// dst, recording where each ends in ends.
+func appendRequestValues(dst []byte, ends *valueEnds, d *tollgate.Decision, ph *policyHeaders) []byte {
+	b := strconv.AppendInt(dst, d.Remaining, 10)
+	ends[0] = len(b)
 	b = strconv.AppendInt(b, ceilUnix(d.Time.Add(d.ResetAfter)), 10)
-	blk.ends[1] = len(b)
+	ends[1] = len(b)
 	for i, r := range d.Results() {
 		b = append(b, ph.rlPrefix[i]...)
 		if r.Remaining == d.Remaining {
 			// Usually the policy of X-RateLimit-Remaining: its digits
 			// are there already, and formatting is most of this
 			// function's time.
-			b = append(b, b[:blk.ends[0]]...)
+			b = append(b, b[:ends[0]]...)
 		} else {
 			b = strconv.AppendInt(b, r.Remaining, 10)
 		}
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, ph.untilMore(i, r), 10)
 	}
-	blk.ends[2] = len(b)
+	ends[2] = len(b)
 	if !d.Allowed {
 		b = strconv.AppendInt(b, RetryAfterSeconds(d.RetryAfter), 10)
-		blk.ends[3] = len(b)
+		ends[3] = len(b)
 	}
 	return b
 }

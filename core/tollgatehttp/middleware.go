@@ -83,7 +83,7 @@ func WithMissingTenantHandler(h http.Handler) Option {
 var NetHTTP = Framework[*http.Request]{
 	Context: (*http.Request).Context,
 	Method:  func(r *http.Request) string { return r.Method },
-	Header:  func(r *http.Request, name string) string { return r.Header.Get(name) },
+	Header:  func(r *http.Request, name string) string { return HeaderValue(r.Header, name) },
 	Route:   func(r *http.Request) string { return r.Pattern },
 }
 

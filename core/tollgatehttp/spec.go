@@ -90,7 +90,7 @@ const DefaultMaxHeld = 16
 type Framework[C any] struct {
 	Context func(c C) context.Context     // the request's context, for the store call
 	Method  func(c C) string              // the request method, for events
-	Header  func(c C, name string) string // a request header, for the default tenant
+	Header  func(c C, name string) string // a request header, for the default tenant; name is in canonical form
 	Route   func(c C) string              // the matched route pattern, for the default Route
 
 	// CopyTenant is set for frameworks that reuse the memory behind the

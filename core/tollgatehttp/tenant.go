@@ -13,12 +13,18 @@ import (
 // authenticated principal: a client can put anything in a header.
 func TenantFromHeader(name string) func(*http.Request) string {
 	key := http.CanonicalHeaderKey(name)
-	return func(r *http.Request) string {
-		if v := r.Header[key]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
+	return func(r *http.Request) string { return HeaderValue(r.Header, key) }
+}
+
+// HeaderValue returns the first value of the header key in h, or "". key
+// must be in canonical form (http.CanonicalHeaderKey): HeaderValue is
+// h.Get without the canonicalisation that Get repeats on every call, a
+// tenth of the time tollgate adds to a request.
+func HeaderValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
 	}
+	return ""
 }
 
 // TenantFromContext returns a tenant function for WithTenant that reads the
