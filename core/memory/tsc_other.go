@@ -8,4 +8,6 @@ func rdtsc() int64 { return 0 }
 
 func rdtscOrdered() int64 { return 0 }
 
+func tscUsable() bool { return false }
+
 func prefetchw(unsafe.Pointer) {}
