@@ -36,7 +36,9 @@
 // a denied request takes from no rule, and no limit is exceeded however
 // many goroutines share a tenant.
 //
-// Buckets count time in microseconds of the monotonic clock; quota periods
+// Buckets count time in microseconds of the monotonic clock, read through
+// the CPU's time-stamp counter where the kernel keeps its clock on it (see
+// docs/performance.md for what that costs and saves); quota periods
 // follow the wall clock of the Op's Now (tollgate.Quota.Bounds), so a
 // decision needs one clock reading, which the Limiter makes. A Store made
 // WithClock reads that clock for both.
