@@ -302,7 +302,11 @@ func recalibrate(t0, n0 int64, m uint64, t, n int64) (usPerTick, span uint64, ve
 		// A reading on another CPU taken a hair before the anchor's:
 		// the counter is not read in order with memory.
 		return 0, 0, tscKeep
-	case m == 0 && dn < int64(tscFirstCalibration):
+	case m == 0 && dn < int64(tscFirstCalibration), m != 0 && dn < int64(tscRecalibration/2):
+		// Too short to measure a rate on. A reading a hair behind the
+		// anchor's, on another CPU, comes here through the slow path
+		// right after a recalibration: the pair's few µs of uncertainty
+		// over so short a time would make the new rate anything.
 		return 0, 0, tscKeep
 	case m != 0:
 		// What the old rate says of the time since the anchor, in ns.

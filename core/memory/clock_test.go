@@ -21,6 +21,7 @@ func TestRecalibrate(t *testing.T) {
 		{"too early for the first", 0, 0, 0, 3e6, 1e6, tscKeep, 0},
 		{"first, after 10 ms", 0, 0, 0, 30e6, 10e6, tscMeasured, 1.0 / 3},
 		{"out of order", 100, 0, ghz3, 99, 5, tscKeep, 0},
+		{"too early for a recalibration", 1e9, 5e8, ghz3, 1e9 + 3e4, 5e8 + 1e4, tscKeep, 0},
 		{"steady", 1e9, 5e8, ghz3, 1e9 + 3e9, 5e8 + 1e9, tscMeasured, 1.0 / 3},
 		{"drift of 1e-4", 0, 0, ghz3, 3e9, 1e9 + 1e5, tscMeasured, (1e9 + 1e5) / 3e9},
 		{"drift of 1e-2, as NTP slews", 0, 0, ghz3, 3e9, 1.01e9, tscMeasured, 1.01e9 / 3e9},
