@@ -73,9 +73,11 @@ func clamp(us int64) int64 {
 // clock 10 ms after the origin and every second from then on, and it never
 // steps: each new rate starts where the previous one reads, and is slewed
 // by the difference to the runtime's clock (which NTP slews too) so that
-// the two meet one second later. The counter is turned off for good when
-// the kernel leaves it or its rate is impossible; the runtime's clock then
-// takes over at the counter's reading, not behind it.
+// the two meet one second later. The recalibration, a Take's once a
+// second, also reads the kernel's clock source; the counter is turned off
+// for good when the kernel has left it, or the runtime's clock runs a
+// fifth away from the counter's rate; the runtime's clock then takes over
+// at the counter's reading, not behind it.
 var (
 	mono      tscClock
 	startMono sync.Once
