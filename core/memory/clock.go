@@ -230,7 +230,7 @@ func (c *tscClock) measure() int64 {
 		return n
 	}
 	m, span, v := recalibrate(c.last.tsc, c.last.ns, c.last.rate, t, n)
-	if v != tscBroken && !kernelOnTSC() {
+	if v == tscMeasured && !kernelOnTSC() { // once a period, not at every keep
 		v = tscBroken
 	}
 	switch v {
