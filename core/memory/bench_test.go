@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/internal/tsc"
 )
 
 // BenchmarkTake is one goroutine taking a token of one tracked key, through
@@ -49,7 +50,7 @@ func BenchmarkTakeParts(b *testing.B) {
 	key := strings.Clone("tenant-0")
 	for range 3 { // let the counter calibrate
 		s.Take(ctx, key, lim, 1)
-		time.Sleep(tscFirstCalibration)
+		time.Sleep(tsc.FirstCalibration)
 	}
 	var st tollgate.Store = s
 	timed := s
@@ -63,10 +64,10 @@ func BenchmarkTakeParts(b *testing.B) {
 		name string
 		run  func()
 	}{
-		{"clock-rdtsc", func() { sink += rdtsc() }},
-		{"clock-rdtsc-ordered", func() { sink += rdtscOrdered() }},
-		{"clock-store", func() { sink += mono.micros() }},
-		{"clock-nanotime", func() { sink += nanotime() }},
+		{"clock-rdtsc", func() { sink += tsc.Counter() }},
+		{"clock-rdtsc-ordered", func() { sink += tsc.CounterOrdered() }},
+		{"clock-store", func() { sink += monoMicros() }},
+		{"clock-nanotime", func() { sink += tsc.Nanotime() }},
 		{"clock-time.Since", func() { sink += int64(time.Since(since)) }},
 		{"clock-time.Now", func() { sink += time.Now().UnixNano() }},
 		{"lookup", func() { k.set(s.b.seed, key); sink += int64(k.meta) }},
@@ -84,11 +85,11 @@ func BenchmarkTakeParts(b *testing.B) {
 	samples := make([][]float64, len(steps))
 	for b.Loop() {
 		for i, step := range steps {
-			start := nanotime()
+			start := tsc.Nanotime()
 			for range block {
 				step.run()
 			}
-			samples[i] = append(samples[i], float64(nanotime()-start)/block)
+			samples[i] = append(samples[i], float64(tsc.Nanotime()-start)/block)
 		}
 	}
 	for i, step := range steps {
@@ -105,20 +106,20 @@ func BenchmarkTakeParts(b *testing.B) {
 // for the Store's clock, which reads the counter out of order where the
 // kernel keeps its clock on it (docs/performance.md).
 func BenchmarkClockAcrossCPUs(b *testing.B) {
-	startMono.Do(mono.start)
+	tsc.Origin() // start the clock
 	ticksPerMicro := float64(0)
-	if t0, n0 := rdtsc(), nanotime(); t0 != 0 {
+	if t0, n0 := tsc.Counter(), tsc.Nanotime(); t0 != 0 {
 		time.Sleep(10 * time.Millisecond)
-		ticksPerMicro = float64(rdtsc()-t0) / float64(nanotime()-n0) * 1000
+		ticksPerMicro = float64(tsc.Counter()-t0) / float64(tsc.Nanotime()-n0) * 1000
 	}
 	for _, c := range []struct {
 		name   string
 		read   func() int64
 		perMic float64
 	}{
-		{"counter", rdtsc, ticksPerMicro},
-		{"counter-ordered", rdtscOrdered, ticksPerMicro},
-		{"store", mono.micros, 1},
+		{"counter", tsc.Counter, ticksPerMicro},
+		{"counter-ordered", tsc.CounterOrdered, ticksPerMicro},
+		{"store", monoMicros, 1},
 	} {
 		b.Run("clock="+c.name, func(b *testing.B) {
 			if c.perMic == 0 {
@@ -139,5 +140,15 @@ func BenchmarkClockAcrossCPUs(b *testing.B) {
 			b.ReportMetric(float64(worst.Load())/c.perMic, "worst-back-µs")
 			b.ReportMetric(float64(behind.Load())/float64(b.N), "behind/op")
 		})
+	}
+}
+
+// raiseTo makes v at least x.
+func raiseTo(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
 	}
 }

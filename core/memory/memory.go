@@ -253,7 +253,7 @@ func (b *buckets) take(key string, flag uint64, r *rule, cost, now int64) tollga
 	i := t.home(meta)
 	prefetchw(unsafe.Pointer(&slots[i]))
 	if now < 0 {
-		now = mono.micros()
+		now = monoMicros()
 	}
 	for range len(slots) {
 		sl := &slots[i]

@@ -72,7 +72,7 @@ func (c *clock) opNow(t time.Time) int64 {
 		return c.at(c.test())
 	}
 	if t.IsZero() {
-		return mono.micros()
+		return monoMicros()
 	}
 	return c.at(t)
 }

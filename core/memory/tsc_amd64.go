@@ -1,27 +1,10 @@
 package memory
 
-import "unsafe"
+import (
+	"unsafe"
 
-// rdtsc reads the CPU's time-stamp counter as RDTSC does, out of order with
-// the loads around it: the Store's clock (clock.go). rdtscOrdered waits for
-// the loads before it, as the kernel's clock does; only the benchmarks read
-// it, to show what that order costs.
-func rdtsc() int64
-
-func rdtscOrdered() int64
-
-// cpuid runs CPUID at leaf, subleaf 0.
-func cpuid(leaf uint32) (eax, ebx, ecx, edx uint32)
-
-// tscUsable reports whether the time-stamp counter ticks at a constant
-// rate in every state of the CPU (invariant TSC).
-func tscUsable() bool {
-	if top, _, _, _ := cpuid(0x80000000); top < 0x80000007 {
-		return false
-	}
-	_, _, _, edx := cpuid(0x80000007)
-	return edx&(1<<8) != 0
-}
+	"github.com/tollgate-go/tollgate/core/internal/tsc"
+)
 
 // prefetchw asks for the cache line at p with the intent to write it, on
 // CPUs that have PREFETCHW.
@@ -33,6 +16,6 @@ func prefetchw(p unsafe.Pointer)
 //
 //nolint:unused
 var hasPrefetchW = func() bool {
-	_, _, ecx, _ := cpuid(0x80000001)
+	_, _, ecx, _ := tsc.CPUID(0x80000001)
 	return ecx&(1<<8) != 0
 }()

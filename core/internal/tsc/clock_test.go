@@ -1,4 +1,4 @@
-package memory
+package tsc
 
 import (
 	"runtime"
@@ -110,7 +110,7 @@ func TestMonoFollowsNanotime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads the clock for two seconds")
 	}
-	startMono.Do(mono.start)
+	mono.startOnce.Do(mono.start)
 	last := mono.micros()
 	anchors := map[*tscAnchor]bool{}
 	deadline := nanotime() + int64(3*time.Second)
@@ -144,7 +144,7 @@ func TestMonoInStepAcrossCPUs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads the clock for 300 ms")
 	}
-	startMono.Do(mono.start)
+	mono.startOnce.Do(mono.start)
 	var latest atomic.Int64
 	var worst atomic.Int64
 	deadline := nanotime() + int64(300*time.Millisecond)
@@ -202,5 +202,20 @@ func raiseTo(v *atomic.Int64, x int64) {
 		if x <= old || v.CompareAndSwap(old, x) {
 			return
 		}
+	}
+}
+
+// TestNanosMatchMicros: Nanos and Micros read one clock, in two units.
+func TestNanosMatchMicros(t *testing.T) {
+	for i := range 100_000 {
+		before := Micros()
+		ns := Nanos()
+		after := Micros()
+		if ns/1000 < before || ns/1000 > after {
+			t.Fatalf("read %d: %d ns outside [%d, %d] µs", i, ns, before, after)
+		}
+	}
+	if o := Origin(); o.IsZero() {
+		t.Fatal("no origin")
 	}
 }
