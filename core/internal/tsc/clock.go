@@ -71,7 +71,7 @@ const FirstCalibration = tscFirstCalibration
 // the lag.
 //
 // The counter is converted with a rate measured against the runtime's
-// clock 10 ms after the origin and every second from then on, and it never
+// clock 100 ms after the origin and every second from then on, and it never
 // steps: each new rate starts where the previous one reads, and is slewed
 // by the difference to the runtime's clock (which NTP slews too) so that
 // the two meet one second later. The recalibration, a Take's once a
@@ -137,12 +137,16 @@ const (
 	tscOff
 	tscOn
 
-	tscFirstCalibration = 10 * time.Millisecond
+	// The first rate is measured over 100 ms: a pair of readings is
+	// uncertain by up to tscPairTicks, which over 100 ms is 2e-5 of the
+	// rate at 1 GHz, 20 µs by the first recalibration a second later.
+	tscFirstCalibration = 100 * time.Millisecond
 	tscRecalibration    = time.Second
 
 	// tscPairTicks bounds the ticks between the two counter readings
-	// around a clock reading (about 1 µs at 10 GHz, 10 µs at 1 GHz).
-	tscPairTicks = 10_000
+	// around a clock reading (0.2 µs at 10 GHz, 2 µs at 1 GHz; a pair
+	// takes about 0.05 µs when the goroutine is not held up).
+	tscPairTicks = 2_000
 
 	// tscMaxSlew bounds the difference to the runtime's clock that one
 	// recalibration takes out, in ns: a hundredth of its period, so that

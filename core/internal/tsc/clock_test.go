@@ -19,7 +19,8 @@ func TestRecalibrate(t *testing.T) {
 		wantNsTck float64 // ns per tick, when measured
 	}{
 		{"too early for the first", 0, 0, 0, 3e6, 1e6, tscKeep, 0},
-		{"first, after 10 ms", 0, 0, 0, 30e6, 10e6, tscMeasured, 1.0 / 3},
+		{"too early for the first, at 10 ms", 0, 0, 0, 30e6, 10e6, tscKeep, 0},
+		{"first, after 100 ms", 0, 0, 0, 300e6, 100e6, tscMeasured, 1.0 / 3},
 		{"out of order", 100, 0, ghz3, 99, 5, tscKeep, 0},
 		{"too early for a recalibration", 1e9, 5e8, ghz3, 1e9 + 3e4, 5e8 + 1e4, tscKeep, 0},
 		{"steady", 1e9, 5e8, ghz3, 1e9 + 3e9, 5e8 + 1e9, tscMeasured, 1.0 / 3},
@@ -27,8 +28,8 @@ func TestRecalibrate(t *testing.T) {
 		{"drift of 1e-2, as NTP slews", 0, 0, ghz3, 3e9, 1.01e9, tscMeasured, 1.01e9 / 3e9},
 		{"drift of 1e-1", 0, 0, ghz3, 3e9, 1.1e9, tscMeasured, 1.1e9 / 3e9},
 		{"drift of 0.3", 0, 0, ghz3, 3e9, 1.3e9, tscBroken, 0},
-		{"a counter that stopped", 0, 0, 0, 1, 20e6, tscBroken, 0},
-		{"a 1 MHz counter", 0, 0, 0, 20e3, 20e6, tscBroken, 0},
+		{"a counter that stopped", 0, 0, 0, 1, 200e6, tscBroken, 0},
+		{"a 1 MHz counter", 0, 0, 0, 200e3, 200e6, tscBroken, 0},
 		{"idle for a day", 0, 0, ghz3, 3 * 86400e9, 86400e9, tscMeasured, 1.0 / 3},
 		{"idle for a year", 0, 0, ghz3, 3 * 365 * 86400e9, 365 * 86400e9, tscMeasured, 1.0 / 3},
 	}
