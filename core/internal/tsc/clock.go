@@ -45,9 +45,6 @@ func Origin() time.Time {
 	return mono.origin
 }
 
-// CounterInUse reports whether the clock reads the counter, calibrated.
-func CounterInUse() bool { return mono.anchor.Load() != nil }
-
 // maxMicros caps a reading, some 146 years after the origin, so that it
 // stays in an int64 as nanoseconds.
 const maxMicros = 1<<62/1000 - 1
