@@ -123,12 +123,6 @@ func (a *tscAnchor) at(d uint64) (us int64, frac uint64) {
 	return a.us + int64(min(hi+carry, maxMicros)), frac
 }
 
-// read returns the clock's reading d ticks after the anchor.
-func (a *tscAnchor) read(d uint64) int64 {
-	us, _ := a.at(d)
-	return min(us, maxMicros)
-}
-
 const (
 	tscUnstarted = iota
 	tscOff
@@ -284,7 +278,7 @@ func (c *tscClock) measure() int64 {
 func (c *tscClock) turnOff(t, n int64) {
 	if a := c.anchor.Load(); a != nil {
 		us, frac := a.at(uint64(max(t-a.tsc, 0)))
-		c.offNs.Store(max(us*1000+int64((frac>>32)*1000>>32)-(n-c.originNano), 0))
+		c.offNs.Store(max(us*1000+fracNanos(frac)-(n-c.originNano), 0))
 	}
 	c.state.Store(tscOff)
 	c.anchor.Store(nil)
@@ -306,7 +300,7 @@ func nextAnchor(prev *tscAnchor, before, t, since int64, m, span uint64) *tscAnc
 		return a
 	}
 	a.us, a.usFrac = prev.at(uint64(max(t-prev.tsc, 0)))
-	ahead := (a.us*1000 + int64((a.usFrac>>32)*1000>>32)) - since
+	ahead := a.us*1000 + fracNanos(a.usFrac) - since
 	ahead = min(max(ahead, -tscMaxSlew), tscMaxSlew)
 	// usPerTick = m (1 s - ahead) / 1 s
 	hi, lo := bits.Mul64(m, uint64(max(ahead, -ahead)))

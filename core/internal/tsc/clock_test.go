@@ -220,3 +220,10 @@ func TestNanosMatchMicros(t *testing.T) {
 		t.Fatal("no origin")
 	}
 }
+
+// read returns the clock's reading d ticks after the anchor, in whole
+// microseconds.
+func (a *tscAnchor) read(d uint64) int64 {
+	us, _ := a.at(d)
+	return min(us, maxMicros)
+}
