@@ -4,47 +4,41 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core/internal/tsc"
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
 )
 
-// A fastClock reads the time with one monotonic clock read instead of the
-// two (wall and monotonic) of time.Now, which on virtual machines can cost
-// more than the rest of a rate-limit decision; the monotonic read is
-// package tsc's, through the CPU's counter where the kernel's clock is on
-// it. The wall time is the anchor's plus the monotonic time elapsed since;
-// the anchor is renewed every second, so wall-clock steps and drift show up
-// within a second.
-type fastClock struct {
-	anchor atomic.Pointer[clockAnchor]
+// A clock reads the time of decisions with one read of the monotonic clock
+// (time.Since of a reading that has one) instead of the two of time.Now, the
+// wall clock's and the monotonic one's: the wall time is an anchor's plus
+// the time elapsed since. The anchor is renewed every second, so a step of
+// the wall clock shows within a second.
+type clock struct {
+	anchor atomic.Pointer[time.Time]
 }
 
-// A clockAnchor is a time.Now reading and tsc's reading at the same
-// instant.
-type clockAnchor struct {
-	t  time.Time
-	ns int64
-}
+func (c *clock) init() { c.renew() }
 
-const anchorLifetime = time.Second
-
-func newFastClock() *fastClock {
-	c := &fastClock{}
-	c.renew()
-	return c
-}
-
-func (c *fastClock) renew() time.Time {
+func (c *clock) renew() time.Time {
 	now := time.Now()
-	c.anchor.Store(&clockAnchor{t: now, ns: tsc.Nanos()})
+	c.anchor.Store(&now)
 	return now
 }
 
 // now returns the current time, with both wall and monotonic readings.
-func (c *fastClock) now() time.Time {
+func (c *clock) now() time.Time {
 	a := c.anchor.Load()
-	elapsed := time.Duration(tsc.Nanos() - a.ns)
-	if elapsed < anchorLifetime {
-		return a.t.Add(elapsed)
+	if elapsed := time.Since(*a); elapsed < time.Second {
+		return a.Add(elapsed)
 	}
 	return c.renew()
+}
+
+func init() {
+	hooks.LimiterClock = func(now func() time.Time) any { return withClock(now) }
+	hooks.PolicyMemo = func(d any) *atomic.Value {
+		if rs := d.(*Decision).rules; rs != nil {
+			return &rs.memo
+		}
+		return nil
+	}
 }

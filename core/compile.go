@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
-// A compiledPlan is a Plan checked once and turned into the Rules a Store
+// A compiledPlan is a Plan checked once and turned into the rules a Store
 // applies: one rule set for requests without a budget, one per budget, and
 // one with every rule, for Inspect and Reset.
 type compiledPlan struct {
@@ -17,10 +19,16 @@ type compiledPlan struct {
 }
 
 // A ruleSet is the policies that apply to one kind of request, in order
-// (the plan's Limit first), and the Store's rules for them.
+// (the plan's Limit first), and the store's rules for them.
 type ruleSet struct {
+	plan     string
 	policies []Policy // with their names filled in
-	rules    []Rule
+	rules    []storekit.Rule
+	maxCost  int64 // the smallest capacity of its policies
+
+	// memo holds what the HTTP layer derives from the policies alone
+	// (header values), so that it is computed once per plan.
+	memo atomic.Value
 }
 
 // ruleSet returns the rules that a request drawing from budget is subject
@@ -36,43 +44,53 @@ func (c *compiledPlan) ruleSet(budget string) *ruleSet {
 
 // checkCost reports whether a request of cost can ever pass every rule.
 func (rs *ruleSet) checkCost(cost int64) error {
+	if cost <= rs.maxCost {
+		return nil
+	}
 	for i := range rs.rules {
-		r := &rs.rules[i]
-		capacity := r.Limit.Burst
-		if r.IsQuota() {
-			capacity = r.Quota.Tokens
-		}
-		if cost > capacity {
-			// The slow path: only a misconfigured request gets here.
-			return fmt.Errorf("policy %q: %w", rs.policies[i].Name, r.Validate(cost))
+		if err := checkCost(cost, rs.rules[i].Burst); err != nil {
+			return fmt.Errorf("plan %q: policy %q: %w", rs.plan, rs.policies[i].Name, err)
 		}
 	}
 	return nil
 }
 
+func (rs *ruleSet) add(p Policy, r storekit.Rule) {
+	rs.policies = append(rs.policies, p)
+	rs.rules = append(rs.rules, r)
+	if len(rs.rules) == 1 || r.Burst < rs.maxCost {
+		rs.maxCost = r.Burst
+	}
+}
+
 // compile checks p and builds its rule sets. Every error names the field at
 // fault.
 func compile(p Plan) (*compiledPlan, error) {
-	if !ValidName(p.Name) {
+	if !validName(p.Name) {
 		return nil, invalidName("Plan.Name", p.Name)
 	}
 	if err := p.Limit.Validate(); err != nil {
-		return nil, fmt.Errorf("plan %q: %w", p.Name, err)
+		return nil, fmt.Errorf("plan %q: Limit: %w", p.Name, err)
 	}
 	if len(p.Policies) > maxPolicies {
 		return nil, fmt.Errorf("%w: plan %q has %d policies; at most %d are allowed", ErrInvalidLimit, p.Name, len(p.Policies), maxPolicies)
 	}
+	p.Policies = append([]Policy(nil), p.Policies...) // the caller's slice may change later
 	c := &compiledPlan{plan: p, byBudget: map[string]*ruleSet{}}
+	base, all := &ruleSet{plan: p.Name}, &ruleSet{plan: p.Name}
 	main := Policy{Name: p.Name, Limit: p.Limit}
-	base := &ruleSet{policies: []Policy{main}, rules: []Rule{{Limit: p.Limit}}}
-	all := &ruleSet{policies: []Policy{main}, rules: []Rule{{Limit: p.Limit}}}
+	base.add(main, p.Limit.rule(""))
+	all.add(main, p.Limit.rule(""))
 	names := map[string]bool{p.Name: true}
-	subs := map[string]string{"": p.Name}
-	var budgetPolicies []Policy
-	var budgetRules []Rule
+	states := map[string]string{"": p.Name}
+	type budgeted struct {
+		p Policy
+		r storekit.Rule
+	}
+	var budgets []budgeted
 	for i, pol := range p.Policies {
-		field := fmt.Sprintf("plan %q: Policies[%d]", p.Name, i)
 		rule, named, err := compilePolicy(p.Name, pol)
+		field := fmt.Sprintf("plan %q: Policies[%d]", p.Name, i)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
@@ -80,88 +98,83 @@ func compile(p Plan) (*compiledPlan, error) {
 			return nil, fmt.Errorf("%w: %s: Name %q is used twice in the plan", ErrInvalidLimit, field, named.Name)
 		}
 		names[named.Name] = true
-		if other, dup := subs[rule.Sub]; dup {
-			return nil, fmt.Errorf("%w: %s: policy %q would share its state with %q (one bucket and one quota per period for the plan and for each budget)",
+		if other, dup := states[rule.Name]; dup {
+			return nil, fmt.Errorf("%w: %s: policy %q would share its state with %q (one bucket and one quota of each period for the plan and for each budget)",
 				ErrInvalidLimit, field, named.Name, other)
 		}
-		subs[rule.Sub] = named.Name
+		states[rule.Name] = named.Name
 		if pol.Budget == "" {
-			base.policies = append(base.policies, named)
-			base.rules = append(base.rules, rule)
+			base.add(named, rule)
 		} else {
-			budgetPolicies = append(budgetPolicies, named)
-			budgetRules = append(budgetRules, rule)
+			budgets = append(budgets, budgeted{named, rule})
 		}
 	}
-	for i, pol := range budgetPolicies {
-		rs := c.byBudget[pol.Budget]
+	// A budget's requests draw from the plan-wide policies too, first;
+	// every rule set starts with base, and all has every rule.
+	for i := 1; i < len(base.rules); i++ {
+		all.add(base.policies[i], base.rules[i])
+	}
+	for _, b := range budgets {
+		rs := c.byBudget[b.p.Budget]
 		if rs == nil {
-			rs = &ruleSet{}
-			c.byBudget[pol.Budget] = rs
+			rs = &ruleSet{plan: p.Name}
+			for i := range base.rules {
+				rs.add(base.policies[i], base.rules[i])
+			}
+			c.byBudget[b.p.Budget] = rs
 		}
-		rs.policies = append(rs.policies, pol)
-		rs.rules = append(rs.rules, budgetRules[i])
+		rs.add(b.p, b.r)
+		all.add(b.p, b.r)
 	}
-	// A budget's requests draw from the plan-wide policies too, first.
-	for _, rs := range c.byBudget {
-		rs.policies = append(append([]Policy(nil), base.policies...), rs.policies...)
-		rs.rules = append(append([]Rule(nil), base.rules...), rs.rules...)
-	}
-	// Every rule, the plan-wide ones first, so that base is a prefix of
-	// all.
-	all.policies = append(append(all.policies, base.policies[1:]...), budgetPolicies...)
-	all.rules = append(append(all.rules, base.rules[1:]...), budgetRules...)
 	c.base, c.all = base, all
 	return c, nil
 }
 
 // compilePolicy checks one policy of the plan called plan, and returns its
 // rule and the policy with its name filled in.
-func compilePolicy(plan string, pol Policy) (Rule, Policy, error) {
+func compilePolicy(plan string, pol Policy) (storekit.Rule, Policy, error) {
 	hasLimit, hasQuota := pol.Limit != (Limit{}), !pol.Quota.IsZero()
 	switch {
 	case hasLimit == hasQuota:
-		return Rule{}, pol, fmt.Errorf("%w: exactly one of Limit and Quota must be set", ErrInvalidLimit)
-	case pol.Budget != "" && !ValidName(pol.Budget):
-		return Rule{}, pol, invalidName("Budget", pol.Budget)
-	case pol.Name != "" && !ValidName(pol.Name):
-		return Rule{}, pol, invalidName("Name", pol.Name)
+		return storekit.Rule{}, pol, fmt.Errorf("%w: exactly one of Limit and Quota must be set", ErrInvalidLimit)
+	case pol.Budget != "" && !validName(pol.Budget):
+		return storekit.Rule{}, pol, invalidName("Budget", pol.Budget)
+	case pol.Name != "" && !validName(pol.Name):
+		return storekit.Rule{}, pol, invalidName("Name", pol.Name)
 	}
-	var rule Rule
+	var rule storekit.Rule
 	if hasQuota {
 		if err := pol.Quota.Validate(); err != nil {
 			return rule, pol, err
 		}
-		rule.Quota = pol.Quota
-		period := "day"
+		state := "day"
 		if pol.Quota.Period == Monthly {
-			period = "month"
+			state = "month"
 		}
-		rule.Sub = period
 		if pol.Budget != "" {
-			rule.Sub = "b:" + pol.Budget + ":" + period
+			state = "b:" + pol.Budget + ":" + state
 		}
+		rule = pol.Quota.rule(state)
 		if pol.Name == "" {
 			pol.Name = joinName(plan, pol.Budget, pol.Quota.Period.String())
 		}
 	} else {
 		if err := pol.Limit.Validate(); err != nil {
-			return rule, pol, err
+			return rule, pol, fmt.Errorf("Limit: %w", err)
 		}
-		rule.Limit = pol.Limit
 		switch {
 		case pol.Budget != "":
-			rule.Sub = "b:" + pol.Budget
+			rule = pol.Limit.rule("b:" + pol.Budget)
 			if pol.Name == "" {
 				pol.Name = joinName(plan, pol.Budget, "")
 			}
 		case pol.Name == "":
 			return rule, pol, fmt.Errorf("%w: Name must be set on a token bucket without a Budget", ErrInvalidLimit)
 		default:
-			rule.Sub = "r:" + pol.Name
+			rule = pol.Limit.rule("r:" + pol.Name)
 		}
 	}
-	if !ValidName(pol.Name) {
+	if !validName(pol.Name) {
 		return rule, pol, fmt.Errorf("%w: the derived name %q is too long; set Name", ErrInvalidLimit, truncate(pol.Name, 80))
 	}
 	return rule, pol, nil
@@ -181,35 +194,29 @@ func joinName(parts ...string) string {
 	return s
 }
 
-// samePlan reports whether a and b are the same plan, field by field.
-func samePlan(a, b *Plan) bool {
-	if a.Name != b.Name || a.Limit != b.Limit || len(a.Policies) != len(b.Policies) {
-		return false
-	}
-	for i := range a.Policies {
-		if a.Policies[i] != b.Policies[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// A planCache keeps the compiled plans a Limiter has seen, by name: an entry
-// whose plan no longer matches is replaced. Reads take no lock; the few
-// writes copy the map.
+// A planCache keeps the compiled plans of a resolver that returns Plans, by
+// name, with up to planVariants variants of each name (tenants whose limits
+// are their own under a shared plan name); it compares plans by value, so a
+// resolver that builds a fresh Plan on every call still hits. Reads take no
+// lock; the rare writes copy the map.
 type planCache struct {
 	mu    sync.Mutex
-	plans atomic.Pointer[map[string]*compiledPlan]
+	plans atomic.Pointer[map[string][]*compiledPlan]
 }
 
-// maxCachedPlans bounds the cache against resolvers that make up a plan per
-// tenant; past it, plans are compiled on each request.
-const maxCachedPlans = 256
+// Bounds of a planCache: past them, a plan is compiled on each request,
+// which is correct, only slower.
+const (
+	maxCachedPlans = 256
+	planVariants   = 8
+)
 
 func (c *planCache) get(p *Plan) (*compiledPlan, error) {
 	if m := c.plans.Load(); m != nil {
-		if cp, ok := (*m)[p.Name]; ok && samePlan(&cp.plan, p) {
-			return cp, nil
+		for _, cp := range (*m)[p.Name] {
+			if cp.plan.equal(p) {
+				return cp, nil
+			}
 		}
 	}
 	cp, err := compile(*p)
@@ -218,17 +225,31 @@ func (c *planCache) get(p *Plan) (*compiledPlan, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var old map[string]*compiledPlan
+	var old map[string][]*compiledPlan
 	if m := c.plans.Load(); m != nil {
 		old = *m
 	}
-	if _, replacing := old[p.Name]; replacing || len(old) < maxCachedPlans {
-		next := make(map[string]*compiledPlan, len(old)+1)
-		for k, v := range old {
-			next[k] = v
-		}
-		next[p.Name] = cp
-		c.plans.Store(&next)
+	variants := old[p.Name]
+	if variants == nil && len(old) >= maxCachedPlans {
+		return cp, nil
 	}
+	next := make(map[string][]*compiledPlan, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	// The newest variant first; the oldest goes past the bound.
+	next[p.Name] = append([]*compiledPlan{cp}, variants[:min(len(variants), planVariants-1)]...)
+	c.plans.Store(&next)
 	return cp, nil
+}
+
+// len returns the number of compiled plans cached.
+func (c *planCache) len() int {
+	n := 0
+	if m := c.plans.Load(); m != nil {
+		for _, v := range *m {
+			n += len(v)
+		}
+	}
+	return n
 }

@@ -1,21 +1,39 @@
 package tollgate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
-// MaxTenantLength is the longest tenant ID a Limiter accepts, in bytes. It
-// bounds the memory that caches and logs keyed by tenant can take; a longer
-// ID is an error wrapping ErrInvalidTenant, which middleware answers with
-// 400 Bad Request.
-const MaxTenantLength = 256
+// maxTenantLength is the longest tenant ID a Limiter accepts, in bytes: it
+// bounds what caches and logs keyed by tenant can hold.
+const maxTenantLength = 256
 
 // ErrInvalidTenant is wrapped by the error a Limiter returns for a request
-// whose tenant ID is empty or longer than MaxTenantLength. It is the
-// client's mistake, not the application's.
+// whose tenant ID is empty, longer than 256 bytes, or holds a control
+// character (a NUL, a newline). It is the client's mistake, not the
+// application's: middleware answers it 400.
 var ErrInvalidTenant = errors.New("tollgate: invalid tenant")
+
+// checkTenant reports why tenant can not be limited, or nil.
+func checkTenant(tenant string) error {
+	switch {
+	case tenant == "":
+		return fmt.Errorf("%w: the tenant is empty", ErrInvalidTenant)
+	case len(tenant) > maxTenantLength:
+		return fmt.Errorf("%w: the tenant ID is %d bytes long; at most %d are allowed", ErrInvalidTenant, len(tenant), maxTenantLength)
+	}
+	for i := 0; i < len(tenant); i++ {
+		if c := tenant[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: the tenant ID holds the control character %#02x", ErrInvalidTenant, c)
+		}
+	}
+	return nil
+}
 
 // A Request is what a Limiter decides on.
 type Request struct {
@@ -31,41 +49,18 @@ type Request struct {
 	// With MaxDelay > 0 a token bucket short of tokens may reserve them
 	// for up to MaxDelay from now instead of denying: the Decision is then
 	// allowed with a Delay, and the caller must wait that long before it
-	// proceeds (or give the tokens back with Limiter.Cancel). Reservations
-	// are granted in order of arrival across every replica that shares
-	// the store, so waiting callers never exceed the rate. A quota never
-	// reserves. Limiter.Wait sets MaxDelay from its context.
+	// proceeds (Limiter.Hold does, and gives the tokens back if the wait
+	// is cut short). Reservations are granted in order of arrival across
+	// every replica that shares the store, so waiting callers never
+	// exceed the rate. A quota never reserves, and neither does a plan in
+	// shadow mode.
 	MaxDelay time.Duration
 
-	// Method and Route describe the request in events, logs and metrics.
-	// Route should be the router's pattern ("/users/{id}"), never the raw
-	// path, so that it does not multiply their cardinality. When Route is
-	// "" and RouteFunc is set, the Limiter calls RouteFunc(RouteArg) the
-	// first time it needs the route, which spares routers that must search
-	// their tree for it (chi) the work on requests no event reports.
-	Method    string
-	Route     string
-	RouteFunc func(arg any) string
-	RouteArg  any
-}
-
-// route returns the request's route, working it out if needed.
-func (req *Request) route() string {
-	if req.Route == "" && req.RouteFunc != nil {
-		req.Route = req.RouteFunc(req.RouteArg)
-	}
-	return req.Route
-}
-
-// checkTenant reports why tenant can not be limited, or nil.
-func checkTenant(tenant string) error {
-	switch {
-	case tenant == "":
-		return fmt.Errorf("%w: the tenant is empty", ErrInvalidTenant)
-	case len(tenant) > MaxTenantLength:
-		return fmt.Errorf("%w: the tenant ID is %d bytes long; at most %d are allowed", ErrInvalidTenant, len(tenant), MaxTenantLength)
-	}
-	return nil
+	// Method and Route describe the request in logs and metrics. Route
+	// should be the router's pattern ("/users/{id}"), never the raw path,
+	// so that it does not multiply their cardinality.
+	Method string
+	Route  string
 }
 
 // A Decision is a Limiter's answer to one Request.
@@ -75,22 +70,22 @@ func checkTenant(tenant string) error {
 // back longest; otherwise the one with the fewest tokens left. RetryAfter
 // is then the time until every policy would allow the request. Policies and
 // Results give the figures of every policy that applied.
+//
+// The zero Decision denies, and has no figures.
 type Decision struct {
 	Allowed bool
 	Tenant  string
-	Plan    Plan
+	Plan    string // the plan's name; "" when it could not be resolved
 	Cost    int64
 	Budget  string
+	Method  string
+	Route   string
 
 	Policy     string        // the policy the figures below describe
 	Remaining  int64         // whole tokens left
 	RetryAfter time.Duration // > 0 only when denied: until every policy allows the request
 	ResetAfter time.Duration // until the policy is full again
 	Time       time.Time     // when the decision was made
-
-	// Outcome says how the decision ended; it is the value metrics
-	// count.
-	Outcome Outcome
 
 	// Delay is how long the caller must wait before it proceeds: > 0 only
 	// for a request with MaxDelay whose tokens were reserved.
@@ -102,26 +97,73 @@ type Decision struct {
 
 	// Degraded reports that the Store or the PlanResolver failed and the
 	// failure policy decided; Err holds the failure. A degraded decision
-	// carries figures only if a fallback store made it, which Fallback
-	// reports.
+	// carries figures only if the fallback store decided it, which
+	// Fallback reports.
 	Degraded bool
 	Fallback bool
 	Err      error
 
-	rules   *ruleSet
-	n       int // policies that applied
-	results [inlinePolicies]Result
-	more    []Result // the results past inlinePolicies, for large plans
-	marks   [inlinePolicies]int64
-	mores   []int64 // the marks past inlinePolicies
-	figures bool    // the figures may be shown to the client
+	// Latency is the time the store waited on I/O to answer, or to fail;
+	// 0 for an in-process store.
+	Latency time.Duration
 
-	policyIndex int // of Policy, in Policies
+	outcome     outcome
+	failure     string // the kind of failure, for FailureKind
+	rules       *ruleSet
+	n           int // policies that applied
+	results     [inlinePolicies]Result
+	more        []Result // the results past inlinePolicies, for large plans
+	mark        int64    // the store's mark of a reservation, for Cancel
+	figures     bool     // the figures may be shown to the client
+	policyIndex int      // of Policy, in Policies
 }
 
 // inlinePolicies is how many policies' results a Decision holds without an
 // allocation; plans rarely have more.
 const inlinePolicies = 4
+
+type outcome uint8
+
+const (
+	outcomeRejected outcome = iota
+	outcomeAllowed
+	outcomeDelayed
+	outcomeDenied
+	outcomeShadowDenied
+	outcomeFailedOpen
+	outcomeFailedClosed
+)
+
+var outcomeNames = [...]string{"rejected", "allowed", "delayed", "denied", "shadow_denied", "failed_open", "failed_closed"}
+
+// Outcome returns how the decision ended, as metrics and logs name it:
+// "allowed", "delayed" (allowed after a wait), "denied", "shadow_denied"
+// (denied, but let through in shadow mode), "failed_open" or
+// "failed_closed" (the store or the resolver failed and the failure policy
+// decided), or "rejected" (the request could never be decided: an invalid
+// tenant, cost or plan).
+func (d *Decision) Outcome() string { return outcomeNames[d.outcome] }
+
+// FailureKind classifies the failure of a degraded or rejected decision
+// for metrics and logs: "resolver", "timeout", "misconfigured",
+// "unavailable", "invalid", or a finer kind that the store's error reports
+// with an ErrorKind() string method. It is "" for a decision that did not
+// fail.
+func (d *Decision) FailureKind() string { return d.failure }
+
+// failureKind classifies a store's error.
+func failureKind(err error) string {
+	var k interface{ ErrorKind() string }
+	switch {
+	case errors.As(err, &k):
+		return k.ErrorKind()
+	case errors.Is(err, storekit.ErrMisconfigured):
+		return "misconfigured"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "unavailable"
+}
 
 // HasFigures reports whether the decision's figures come from a store and
 // may be shown to the client, so that rate-limit headers would tell the
@@ -151,12 +193,21 @@ func (d *Decision) Results() []Result {
 	return d.results[:d.n]
 }
 
+// Capacity returns the size of the policy that Policy names: its burst, or
+// its quota's tokens; 0 when no store decided.
+func (d *Decision) Capacity() int64 {
+	if d.rules == nil {
+		return 0
+	}
+	return d.rules.rules[d.policyIndex].Burst
+}
+
 // setResults records the store's results for rs and sums them up.
 func (d *Decision) setResults(rs *ruleSet, allowed bool, results []Result) {
 	d.rules, d.n, d.figures, d.Allowed = rs, len(results), true, allowed
-	d.Outcome = OutcomeAllowed
+	d.outcome = outcomeAllowed
 	if !allowed {
-		d.Outcome = OutcomeDenied
+		d.outcome = outcomeDenied
 	}
 	if len(results) > inlinePolicies {
 		d.more = append(d.more[:0], results...)
@@ -174,11 +225,9 @@ func (d *Decision) setResults(rs *ruleSet, allowed bool, results []Result) {
 			best = i
 		}
 	}
-	r := results[best]
+	r := &results[best]
 	d.Policy, d.policyIndex = rs.policies[best].Name, best
-	d.Remaining = r.Remaining
-	d.ResetAfter = r.ResetAfter
-	d.RetryAfter = 0
+	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, 0
 	if !allowed {
 		for i := range results {
 			d.RetryAfter = max(d.RetryAfter, results[i].RetryAfter)
@@ -186,20 +235,9 @@ func (d *Decision) setResults(rs *ruleSet, allowed bool, results []Result) {
 	}
 }
 
-// setMarks keeps what Cancel needs to give a reservation back.
-func (d *Decision) setMarks(marks []int64) {
-	if len(marks) > inlinePolicies {
-		d.mores = append(d.mores[:0], marks...)
-	} else {
-		copy(d.marks[:], marks)
-	}
-}
-
-func (d *Decision) reservedMarks() []int64 {
-	if d.n > inlinePolicies {
-		return d.mores
-	}
-	return d.marks[:d.n]
+// policyIsQuota reports whether the policy d's figures describe is a quota.
+func (d *Decision) policyIsQuota() bool {
+	return d.rules != nil && d.rules.rules[d.policyIndex].Kind == storekit.Quota
 }
 
 // waited moves d to the end of its delay, so that its figures describe the

@@ -3,157 +3,303 @@ package tollgate
 import (
 	"context"
 	"errors"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// An Outcome says how a decision ended.
-type Outcome uint8
-
-const (
-	// OutcomeAllowed: every policy allowed the request.
-	OutcomeAllowed Outcome = iota + 1
-	// OutcomeDelayed: the policies allowed the request after a wait
-	// (Request.MaxDelay, Wait).
-	OutcomeDelayed
-	// OutcomeDenied: a policy denied the request.
-	OutcomeDenied
-	// OutcomeShadowDenied: a policy denied the request, but its plan is in
-	// shadow mode (WithShadow), so it was let through.
-	OutcomeShadowDenied
-	// OutcomeFailedOpen: the store or the resolver failed, and FailOpen
-	// let the request through without figures.
-	OutcomeFailedOpen
-	// OutcomeFailedClosed: the store or the resolver failed, and
-	// FailClosed denied the request.
-	OutcomeFailedClosed
-	// OutcomeRejected: the request could never be decided: an invalid
-	// tenant, cost or plan, or a store that cannot apply the plan.
-	OutcomeRejected
-)
-
-// String returns the outcome as metrics and logs name it: "allowed",
-// "delayed", "denied", "shadow_denied", "failed_open", "failed_closed" or
-// "rejected".
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeAllowed:
-		return "allowed"
-	case OutcomeDelayed:
-		return "delayed"
-	case OutcomeDenied:
-		return "denied"
-	case OutcomeShadowDenied:
-		return "shadow_denied"
-	case OutcomeFailedOpen:
-		return "failed_open"
-	case OutcomeFailedClosed:
-		return "failed_closed"
-	case OutcomeRejected:
-		return "rejected"
-	}
-	return "unknown"
-}
-
-// An Observation is one decision as an Observer sees it. It is a value, so
-// that observing costs no allocation; Tenant is for trackers that need it,
-// never for metric labels (its cardinality is the number of tenants).
-type Observation struct {
-	Time    time.Time
-	Tenant  string
-	Plan    string // the plan's name; "" when it could not be resolved
-	Policy  string // the policy closest to denying, or the one that denied
-	Budget  string
-	Method  string
-	Route   string // the router's pattern, never the raw path
-	Cost    int64
-	Outcome Outcome
-
-	// Remaining and Capacity describe Policy: tokens left, and its burst
-	// or quota. Both are 0 when no store decided.
-	Remaining, Capacity int64
-
-	// Delay is how long a delayed request waited for its tokens.
-	Delay time.Duration
-
-	// Fallback reports that the fallback store decided, the main one
-	// having failed.
-	Fallback bool
-
-	// StoreLatency is the time the store spent waiting on I/O to answer,
-	// or to fail, as it reports it (Op.Latency); 0 for an in-process store
-	// and when it was not called.
-	StoreLatency time.Duration
-
-	// ErrorKind classifies the failure of a failed or rejected decision:
-	// "resolver", "timeout", "misconfigured", "unavailable", "invalid" or
-	// a finer kind that the store's error reports (see ErrorKind).
-	ErrorKind string
-}
-
 // An Observer is told of every decision a Limiter makes, in the request's
-// goroutine, after the decision and before the Limiter returns. Observe
-// must be quick and safe for concurrent use; it must not keep o's strings
-// beyond what it counts (they may be a framework's reused memory only if
-// the adapter copied them, which tollgate's adapters do).
+// goroutine, after the decision and before the Limiter returns it. Observe
+// must be quick and safe for concurrent use, and must not keep d: copy what
+// it counts. The Limiter's log of throttled requests (see WithLogger) is
+// the first Observer of every Limiter; metrics and the insights tracker are
+// others. A decision's Tenant is for trackers that need it, never for
+// metric labels: its cardinality is the number of tenants.
 type Observer interface {
-	Observe(ctx context.Context, o Observation)
+	Observe(ctx context.Context, d *Decision)
 }
 
-// WithObserver adds o to the Observers of the Limiter. A Limiter without
-// one does no work for them: no clock reads, no copies.
-func WithObserver(o Observer) Option {
-	return func(l *Limiter) {
-		if o != nil && !isNil(o) {
-			l.observers = append(l.observers, o)
+// A decisionLog is the Observer that logs throttled and delayed requests,
+// each sampled per tenant.
+type decisionLog struct {
+	logger    *slog.Logger
+	throttled *sampler
+	delayed   *sampler
+	failures  *sampler // failures and mistakes, per kind
+}
+
+// logInterval is how often a tenant's throttled requests may be logged.
+const logInterval = time.Second
+
+func newDecisionLog(logger *slog.Logger) *decisionLog {
+	quiet := func(msg string, level slog.Level) func(string, int64) {
+		return func(tenant string, suppressed int64) {
+			logger.LogAttrs(context.Background(), level, msg,
+				slog.String("tenant_id", tenant), slog.Int64("suppressed", suppressed))
 		}
+	}
+	return &decisionLog{
+		logger:    logger,
+		throttled: newSampler(logInterval, quiet("throttled requests not logged", slog.LevelWarn)),
+		delayed:   newSampler(logInterval, quiet("delayed requests not logged", slog.LevelInfo)),
+		failures:  newSampler(logInterval, nil),
 	}
 }
 
-// ErrorKind classifies err, a store's or a resolver's failure, for metrics
-// and logs: the kind that err (or an error it wraps) reports with an
-// ErrorKind() string method, else "misconfigured" for ErrMisconfigured,
-// "timeout" for a deadline, and "unavailable" for anything else.
-func ErrorKind(err error) string {
-	var k interface{ ErrorKind() string }
+// Observe logs d if it was throttled or delayed, and reports tenants whose
+// throttling has stopped.
+func (g *decisionLog) Observe(ctx context.Context, d *Decision) {
+	switch d.outcome {
+	case outcomeDenied, outcomeShadowDenied:
+		g.throttle(ctx, d)
+	case outcomeDelayed:
+		g.delay(ctx, d)
+	default:
+		g.delayed.flushQuiet(d.Time)
+		g.throttled.flushQuiet(d.Time)
+	}
+}
+
+func (g *decisionLog) throttle(ctx context.Context, d *Decision) {
+	log, suppressed := g.throttled.admit(d.Tenant, d.Time)
+	if !log {
+		return
+	}
+	msg := "request throttled"
+	if d.Shadow {
+		// Shadow mode let it through: the line says what enforcing
+		// would have done.
+		msg = "request would be throttled (shadow mode)"
+	}
+	limit, rate := policyFigures(d)
+	g.logger.LogAttrs(ctx, slog.LevelWarn, msg,
+		slog.String("tenant_id", d.Tenant),
+		slog.String("plan", d.Plan),
+		slog.String("policy", d.Policy),
+		slog.Int64("limit", limit),
+		rate,
+		slog.Int64("cost", d.Cost),
+		slog.String("budget", d.Budget),
+		slog.Int64("remaining", d.Remaining),
+		slog.Int64("retry_after_ms", d.RetryAfter.Milliseconds()),
+		slog.String("method", d.Method),
+		slog.String("route", d.Route),
+		slog.Int64("suppressed", suppressed),
+	)
+}
+
+// delay logs a request granted after a wait, at level Info: a delay is the
+// limiter pacing a client as designed, not a refusal.
+func (g *decisionLog) delay(ctx context.Context, d *Decision) {
+	log, suppressed := g.delayed.admit(d.Tenant, d.Time)
+	if !log {
+		return
+	}
+	limit, rate := policyFigures(d)
+	g.logger.LogAttrs(ctx, slog.LevelInfo, "request delayed",
+		slog.String("tenant_id", d.Tenant),
+		slog.String("plan", d.Plan),
+		slog.String("policy", d.Policy),
+		slog.Int64("limit", limit),
+		rate,
+		slog.Int64("cost", d.Cost),
+		slog.String("budget", d.Budget),
+		slog.Int64("remaining", d.Remaining),
+		slog.Int64("delay_ms", d.Delay.Milliseconds()),
+		slog.String("method", d.Method),
+		slog.String("route", d.Route),
+		slog.Int64("suppressed", suppressed),
+	)
+}
+
+// policyFigures returns the size of the policy d.Policy names (a burst or a
+// quota's tokens) and its rate: tokens a second, or a quota's period.
+func policyFigures(d *Decision) (int64, slog.Attr) {
+	if d.rules == nil {
+		return 0, slog.String("rate", "")
+	}
+	p := &d.rules.policies[d.policyIndex]
+	if !p.Quota.IsZero() {
+		return p.Quota.Tokens, slog.String("rate", p.Quota.Period.String())
+	}
+	return p.Limit.Burst, slog.Float64("rate", p.Limit.Rate)
+}
+
+// logFailure logs a store's or a resolver's failure, at most once a second
+// per kind.
+func (l *Limiter) logFailure(ctx context.Context, d *Decision, err error) {
+	if l.log == nil {
+		return
+	}
+	key, msg := "store", "rate limiter store failed"
 	switch {
-	case err == nil:
-		return ""
-	case errors.As(err, &k):
-		return k.ErrorKind()
+	case d.failure == "resolver":
+		key, msg = "resolver", "plan resolver failed"
 	case errors.Is(err, ErrMisconfigured):
-		return "misconfigured"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
+		key, msg = "store-misconfigured", "rate limiter store misconfigured"
 	}
-	return "unavailable"
+	log, suppressed := l.log.failures.admit(key, d.Time)
+	if !log {
+		return
+	}
+	policy := "fail-open"
+	if l.failClosed {
+		policy = "fail-closed"
+	}
+	l.logger.LogAttrs(ctx, slog.LevelError, msg,
+		slog.String("policy", policy),
+		slog.Bool("fallback", l.fallback != nil && d.failure != "resolver"),
+		slog.String("error", err.Error()),
+		slog.Int64("suppressed", suppressed),
+	)
 }
 
-// observe tells the observers of d, which ended in outcome.
-func (l *Limiter) observe(ctx context.Context, req *Request, d *Decision, latency time.Duration, kind string) {
-	o := Observation{
-		Time:         d.Time,
-		Tenant:       d.Tenant,
-		Plan:         d.Plan.Name,
-		Policy:       d.Policy,
-		Budget:       d.Budget,
-		Method:       req.Method,
-		Route:        req.route(),
-		Cost:         d.Cost,
-		Outcome:      d.Outcome,
-		Remaining:    d.Remaining,
-		Delay:        d.Delay,
-		Fallback:     d.Fallback,
-		StoreLatency: latency,
-		ErrorKind:    kind,
+// misconfigured logs err, a mistake in the application's configuration or
+// plans that refuses the request, and returns it.
+func (l *Limiter) misconfigured(ctx context.Context, d *Decision, err error) error {
+	if l.log == nil {
+		return err
 	}
-	if d.rules != nil {
-		p := &d.rules.policies[d.policyIndex]
-		o.Capacity = p.Limit.Burst
-		if !p.Quota.IsZero() {
-			o.Capacity = p.Quota.Tokens
+	if log, suppressed := l.log.failures.admit("misconfiguration", d.Time); log {
+		l.logger.LogAttrs(ctx, slog.LevelError, "rate limiter misconfigured: request refused",
+			slog.String("tenant_id", d.Tenant),
+			slog.String("plan", d.Plan),
+			slog.Int64("cost", d.Cost),
+			slog.String("budget", d.Budget),
+			slog.String("method", d.Method),
+			slog.String("route", d.Route),
+			slog.String("error", err.Error()),
+			slog.Int64("suppressed", suppressed),
+		)
+	}
+	return err
+}
+
+// mistake logs a configuration mistake that does not refuse requests, once
+// per key for the Limiter's life.
+func (l *Limiter) mistake(ctx context.Context, key, msg string, attrs ...slog.Attr) {
+	if l.log == nil {
+		return
+	}
+	if _, seen := l.mistakes.LoadOrStore(key, true); !seen {
+		l.logger.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
+	}
+}
+
+// A sampler admits at most one event per key per interval and counts the
+// rest. Counts left over when a key goes quiet are handed to flush by the
+// first call of admit or flushQuiet an interval later, on any key. It tracks
+// a bounded number of keys: past the bound it forgets a shard's keys, which
+// at worst logs one extra line per key.
+type sampler struct {
+	interval  time.Duration
+	flush     func(key string, suppressed int64)
+	seed      maphash.Seed
+	pending   atomic.Int64 // suppressed events not yet reported
+	lastSweep atomic.Int64 // Unix nanoseconds
+	shards    [16]samplerShard
+}
+
+type samplerShard struct {
+	mu   sync.Mutex
+	keys map[string]*sampleState
+}
+
+type sampleState struct {
+	logged     time.Time // when the key's last line was admitted
+	seen       time.Time // when the key's last event came
+	suppressed int64
+}
+
+const maxSampledKeysPerShard = 4096
+
+func newSampler(interval time.Duration, flush func(key string, suppressed int64)) *sampler {
+	s := &sampler{interval: interval, flush: flush, seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]*sampleState)
+	}
+	return s
+}
+
+// admit reports whether the event of key at now is to be logged and, if so,
+// how many events of key were suppressed since the last one logged.
+func (s *sampler) admit(key string, now time.Time) (bool, int64) {
+	s.flushQuiet(now)
+	sh := &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+	sh.mu.Lock()
+	log, suppressed := sh.admit(key, now, s.interval)
+	sh.mu.Unlock()
+	if log {
+		s.pending.Add(-suppressed)
+	} else {
+		s.pending.Add(1)
+	}
+	return log, suppressed
+}
+
+// flushQuiet reports the suppressed counts of keys quiet for an interval.
+// It is cheap enough to call on every request: one atomic load while
+// nothing is pending.
+func (s *sampler) flushQuiet(now time.Time) {
+	if s.pending.Load() == 0 {
+		return
+	}
+	last := s.lastSweep.Load()
+	if now.UnixNano()-last < int64(s.interval) || !s.lastSweep.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		quiet := sh.sweep(now, s.interval)
+		sh.mu.Unlock()
+		for _, f := range quiet {
+			s.pending.Add(-f.suppressed)
+			if s.flush != nil {
+				s.flush(f.key, f.suppressed)
+			}
 		}
 	}
-	for _, ob := range l.observers {
-		ob.Observe(ctx, o)
+}
+
+func (sh *samplerShard) admit(key string, now time.Time, interval time.Duration) (bool, int64) {
+	st, ok := sh.keys[key]
+	if ok && now.Sub(st.logged) < interval {
+		st.suppressed++
+		st.seen = now
+		return false, 0
 	}
+	if !ok {
+		if len(sh.keys) >= maxSampledKeysPerShard {
+			clear(sh.keys)
+		}
+		sh.keys[key] = &sampleState{logged: now, seen: now}
+		return true, 0
+	}
+	suppressed := st.suppressed
+	st.logged, st.seen, st.suppressed = now, now, 0
+	return true, suppressed
+}
+
+type flushed struct {
+	key        string
+	suppressed int64
+}
+
+// sweep forgets the keys quiet for an interval and returns those that still
+// had suppressed events to report.
+func (sh *samplerShard) sweep(now time.Time, interval time.Duration) []flushed {
+	var out []flushed
+	for k, st := range sh.keys {
+		if now.Sub(st.seen) < interval {
+			continue
+		}
+		if st.suppressed > 0 {
+			out = append(out, flushed{k, st.suppressed})
+		}
+		delete(sh.keys, k)
+	}
+	return out
 }

@@ -5,16 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
 // ErrWaitExceedsDeadline is wrapped by the error Wait returns at once when
 // the request could not proceed before its context's deadline: its tokens
 // would come too late, or a quota is exhausted until a later period.
 var ErrWaitExceedsDeadline = errors.New("tollgate: the wait would exceed the context's deadline")
-
-// maxWait bounds a Wait without a deadline: longer than any bucket needs to
-// refill a request's cost, as a window is at most MaxWindow.
-const maxWait = MaxWindow
 
 // Wait blocks until req may proceed, like Take but patient: a token bucket
 // short of tokens reserves them (see Request.MaxDelay) and Wait sleeps until
@@ -27,41 +25,40 @@ const maxWait = MaxWindow
 // It fails at once, having taken nothing, with an error wrapping
 // ErrWaitExceedsDeadline when the request could not proceed before ctx's
 // deadline, and with the errors Take returns for a request that can never
-// be decided. If ctx ends during the wait, Wait gives the reserved tokens
-// back (see Cancel) and returns ctx's error. When the store fails, the
-// failure policy decides at once: FailOpen proceeds, FailClosed returns the
-// store's error.
+// be decided. If ctx ends during the wait, Wait returns ctx's error at once
+// and the reserved tokens are given back (see Cancel). When the store
+// fails, the failure policy decides at once: fail-open proceeds,
+// fail-closed returns the store's error. A plan in shadow mode never waits.
 func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
-	req.MaxDelay = maxWait
+	if l == nil {
+		return Decision{Tenant: req.Tenant}, errNilLimiter
+	}
+	req.MaxDelay = maxWindow
 	for {
-		if err := ctx.Err(); err != nil {
-			return Decision{Tenant: req.Tenant, Cost: req.Cost}, err
-		}
-		// The deadline bounds the wait from the decision's time.
-		deadline, bounded := ctx.Deadline()
-		st := decideState{until: deadline}
 		var d Decision
-		if err := l.decideWith(ctx, &req, &d, &st); err != nil {
+		if err := ctx.Err(); err != nil {
+			d.Tenant = req.Tenant
 			return d, err
 		}
-		maxDelay := st.maxDelay
+		deadline, bounded := ctx.Deadline()
+		if err := l.decide(ctx, &req, &d, deadline); err != nil {
+			return d, err
+		}
 		switch {
 		case d.Degraded && !d.Allowed:
-			return d, fmt.Errorf("tollgate: Wait: the store failed under FailClosed: %w", d.Err)
-		case d.Allowed && d.Delay == 0:
-			return d, nil
+			return d, fmt.Errorf("tollgate: Wait: the store failed under fail-closed: %w", d.Err)
 		case d.Allowed:
 			return d, l.Hold(ctx, &d)
 		}
 		// Denied though the caller would wait: a quota exhausted until a
 		// later period, or tokens that come too late.
-		if !bounded && d.RetryAfter > 0 && d.policyIsQuota() {
+		if !bounded && d.policyIsQuota() {
 			return d, fmt.Errorf("%w: policy %q is exhausted for %v; give Wait a context with a deadline past that to wait for it",
 				ErrWaitExceedsDeadline, d.Policy, d.RetryAfter.Round(time.Second))
 		}
-		if d.RetryAfter > maxDelay {
+		if bounded && d.RetryAfter > time.Until(deadline) {
 			return d, fmt.Errorf("%w: policy %q allows the request in %v, the deadline is in %v",
-				ErrWaitExceedsDeadline, d.Policy, d.RetryAfter, maxDelay)
+				ErrWaitExceedsDeadline, d.Policy, d.RetryAfter, time.Until(deadline).Round(time.Millisecond))
 		}
 		if err := sleep(ctx, d.RetryAfter); err != nil {
 			return d, err
@@ -71,33 +68,24 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 
 // Hold waits out d's Delay, the time its reserved tokens are due (see
 // Request.MaxDelay), then moves d to the end of the wait so that its figures
-// describe the state the caller proceeds in. If ctx ends first, Hold gives
-// the tokens back (see Cancel) and returns ctx's error. A decision without
-// a delay returns at once.
+// describe the state the caller proceeds in. If ctx ends first, Hold returns
+// ctx's error at once and gives the tokens back in the background (see
+// Cancel). A decision without a delay returns at once.
 func (l *Limiter) Hold(ctx context.Context, d *Decision) error {
 	if d.Delay <= 0 {
 		return nil
 	}
 	if err := sleep(ctx, d.Delay); err != nil {
-		// The reservation is no use now: give it back, on a context
-		// that is still alive.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.storeTimeout)
-		_ = l.Cancel(cctx, d)
-		cancel()
+		if l != nil {
+			// The reservation is of no use now: give it back, without
+			// making the caller wait for the store.
+			reserved := *d
+			go func() { _ = l.Cancel(context.WithoutCancel(ctx), &reserved) }()
+		}
 		return err
 	}
 	d.waited()
 	return nil
-}
-
-// policyIsQuota reports whether the policy d's figures describe is a quota.
-func (d *Decision) policyIsQuota() bool {
-	for _, p := range d.Policies() {
-		if p.Name == d.Policy {
-			return !p.Quota.IsZero()
-		}
-	}
-	return false
 }
 
 // sleep waits d or until ctx is done, and returns ctx's error then.
@@ -113,27 +101,26 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Cancel gives back the tokens that d reserved (a Decision with a Delay,
-// from a Request with MaxDelay) when the caller will not proceed after
-// all: all of them if no later request has reserved tokens since, less
-// what later reservations depend on otherwise, and none once d's time has
-// come, as x/time/rate's Reservation.Cancel does. Cancelling a decision
-// without a reservation does nothing.
+// from a Request with MaxDelay) when the caller will not proceed after all,
+// unless d's time has come. When every waiter of a tenant gives up, the
+// tenant owes nothing for them, in whatever order they cancel. Cancelling a
+// decision without a reservation does nothing.
 func (l *Limiter) Cancel(ctx context.Context, d *Decision) error {
+	if l == nil {
+		return errNilLimiter
+	}
 	if d.Delay <= 0 || d.rules == nil {
 		return nil
 	}
-	multi := l.multi
+	store := l.store
 	if d.Fallback {
-		multi, _ = l.fallback.(MultiStore)
+		store = l.fallback
 	}
-	if multi == nil {
-		return nil // a plain store never reserves
-	}
-	op := ops.Get().(*Op)
+	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
-	*op = Op{Kind: OpCancel, Key: d.Tenant, Rules: d.rules.rules, Cost: d.Cost, Now: l.now(),
-		Deadline: l.deadline(l.now()), Results: op.Results[:0], Marks: append(op.Marks[:0], d.reservedMarks()...)}
-	if err := multi.Do(ctx, op); err != nil {
+	*op = storekit.Op{Kind: storekit.Cancel, Tenant: d.Tenant, Rules: d.rules.rules, Cost: d.Cost, Now: l.now(),
+		Mark: d.mark, Results: op.Results[:0]}
+	if err := store.Do(ctx, op); err != nil {
 		return err
 	}
 	d.Delay = 0

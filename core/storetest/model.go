@@ -3,207 +3,160 @@ package storetest
 import (
 	"time"
 
-	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
-// A Model is the reference implementation of tollgate.MultiStore.Do that
-// the kit compares Stores with: the semantics of every OpKind, written for
-// clarity rather than speed, in integer microseconds on the time it is
-// given. A Store must make the decisions and report the figures that Model
-// does for the same Ops at the same times (its Marks may differ: they mean
-// something only to the Store that made them).
+// A Model is the reference store that the kit compares stores with: the
+// meaning of every storekit.Kind, written for clarity rather than speed, in
+// integer microseconds on the time it is given. A store must make the
+// decisions and report the figures that Model does for the same Ops at the
+// same times (its Marks may differ: they mean something only to the store
+// that made them).
 //
-// The rules, as op.go states them:
+// The rules:
 //
-//   - A token bucket is GCRA (tollgate.GCRA): its state is its theoretical
-//     arrival time (TAT); the request needs cost x interval, the bucket
-//     tolerates Burst x interval ahead of now. With MaxDelay, a bucket that
-//     is short may grant a request that must wait up to MaxDelay: the TAT
-//     moves by the need all the same, and the Op's Delay is the longest
-//     wait of its buckets.
-//   - A quota counts the tokens used in the period of Quota.Bounds(now);
-//     a request fits if used + cost <= Tokens. Quotas never reserve.
-//   - OpTake grants when every rule allows, and then takes from every rule;
-//     a denied Op takes nothing. Results hold each rule's state after a
-//     granted Op; otherwise (denied, OpInspect, OpCancel, OpReset) the state
-//     as it stands, with Allowed and RetryAfter saying whether and when that
-//     rule alone allows the request (a quota: at the end of its period).
-//   - OpInspect decides as OpTake would, Delay included, and takes nothing.
-//   - OpReset forgets every rule's state (the quota's current period).
-//   - OpCancel, given the Marks of a granted OpTake: nothing if the Op has
-//     no token bucket (quotas never reserve) or once the reserved time
-//     (the latest of mark - tolerance over its buckets) has come; otherwise
-//     each bucket gets back its need less what later requests took on top
-//     of it (TAT - mark), and each quota its cost (in the period it counted
-//     in). Results then describe that period, or an unused quota if it has
-//     ended.
+//   - A token bucket is GCRA: its state is its theoretical arrival time
+//     (TAT); a request needs Cost x Interval, and the bucket tolerates
+//     Burst x Interval ahead of now. A missing bucket is a full one. With
+//     MaxDelay, a bucket that is short may grant a request that must wait
+//     up to MaxDelay: its TAT moves by the need all the same, and the Op's
+//     Delay is the longest wait of its buckets.
+//   - A quota's state is the tokens used and when the period they count in
+//     ends; once that end has passed, nothing is used. A granted request
+//     adds its cost and moves the end to that of the period of
+//     Rule.Period(now), so usage carries over when a tenant's calendar
+//     changes. Quotas never reserve.
+//   - Take grants when every rule allows, and then takes from every rule;
+//     a denied Take takes nothing. Results hold each rule's state after a
+//     granted Take; otherwise (denied, Inspect, Cancel, Reset) the state as
+//     it stands, with Allowed and RetryAfter saying whether and when that
+//     rule alone allows the request (a quota: when its period ends).
+//   - Inspect decides as Take would and takes nothing.
+//   - Reset forgets every rule of the tenant, named in the Op or not.
+//   - Cancel, given the Mark of a granted Take that waited (when it
+//     proceeds), does nothing once that time has come; otherwise each
+//     bucket gets back the request's need (its TAT never before now) and
+//     each quota still in its period its cost. So when every waiter of a
+//     tenant gives up, in any order, the tenant owes nothing for them.
 //
 // The zero Model is empty and ready to use. A Model is not safe for
 // concurrent use.
 type Model struct {
-	tats map[string]int64 // bucket: TAT, µs since the Unix epoch
-	used map[string]int64 // quota period: tokens used
+	tenants map[string]map[string]*modelState
 }
 
-func (m *Model) init() {
-	if m.tats == nil {
-		m.tats = make(map[string]int64)
-		m.used = make(map[string]int64)
+type modelState struct {
+	tat       int64 // bucket: µs since the Unix epoch
+	used, end int64 // quota: tokens used in the period ending at end
+}
+
+// Do runs op at now, as a store would, and fills in its results.
+func (m *Model) Do(op *storekit.Op, now time.Time) {
+	if m.tenants == nil {
+		m.tenants = make(map[string]map[string]*modelState)
 	}
-}
-
-func bucketKey(key, sub string) string { return key + "\x00" + sub }
-
-func periodKey(key, sub string, start int64) string {
-	return key + "\x00" + sub + "\x00" + time.UnixMicro(start).UTC().Format(time.RFC3339Nano)
-}
-
-// Do runs op at now, as a MultiStore would, and fills in its results.
-func (m *Model) Do(op *tollgate.Op, now time.Time) {
-	m.init()
 	t := now.UnixMicro()
 	cost := max(op.Cost, 1)
-	maxDelay := min(max(op.MaxDelay, 0), tollgate.MaxWindow).Microseconds()
-	n := len(op.Rules)
-	op.Results = make([]tollgate.Result, n)
-	marks := append([]int64(nil), op.Marks...)
-	op.Marks = op.Marks[:0]
+	op.Results = op.Results[:0]
 	op.Allowed, op.Delay = false, 0
-
-	type state struct {
-		rel        int64 // bucket: TAT - now, >= 0
-		used       int64 // quota
-		start, end int64 // quota period
-	}
-	st := make([]state, n)
-	for i, r := range op.Rules {
-		if r.IsQuota() {
-			start, end := r.Quota.Bounds(now)
-			st[i].start, st[i].end = start.UnixMicro(), end.UnixMicro()
-			if op.Kind == tollgate.OpCancel {
-				// The period the reservation counted in.
-				_, end := r.Quota.Bounds(time.UnixMicro(markOf(marks, i)))
-				st[i].start, st[i].end = markOf(marks, i), end.UnixMicro()
-			}
-			st[i].used = m.used[periodKey(op.Key, r.Sub, st[i].start)]
-		} else {
-			st[i].rel = max(m.tats[bucketKey(op.Key, r.Sub)]-t, 0)
-		}
-	}
-
 	switch op.Kind {
-	case tollgate.OpReset:
-		for i, r := range op.Rules {
-			if r.IsQuota() {
-				delete(m.used, periodKey(op.Key, r.Sub, st[i].start))
+	case storekit.Check:
+		return
+	case storekit.Reset:
+		delete(m.tenants, op.Tenant)
+	}
+	states := m.tenants[op.Tenant]
+	if states == nil {
+		states = make(map[string]*modelState)
+		m.tenants[op.Tenant] = states
+	}
+	state := func(r *storekit.Rule) *modelState {
+		s := states[r.Name]
+		if s == nil {
+			s = &modelState{}
+			states[r.Name] = s
+		}
+		if r.Kind == storekit.Quota && s.end <= t {
+			s.used, s.end = 0, periodEnd(r, now)
+		}
+		return s
+	}
+	if op.Kind == storekit.Cancel && t < op.Mark {
+		for i := range op.Rules {
+			r := &op.Rules[i]
+			s := state(r)
+			if r.Kind == storekit.Quota {
+				s.used = max(s.used-cost, 0)
 			} else {
-				delete(m.tats, bucketKey(op.Key, r.Sub))
-			}
-			st[i].rel, st[i].used = 0, 0
-		}
-	case tollgate.OpCancel:
-		act, buckets := int64(0), false
-		for i, r := range op.Rules {
-			if !r.IsQuota() {
-				interval := r.Limit.TokenInterval()
-				act = max(act, markOf(marks, i)-r.Limit.Burst*interval)
-				buckets = true
-			}
-		}
-		if buckets && t < act {
-			for i, r := range op.Rules {
-				if r.IsQuota() {
-					back := min(cost, st[i].used)
-					st[i].used -= back
-					m.used[periodKey(op.Key, r.Sub, st[i].start)] = st[i].used
-					continue
-				}
-				need := cost * r.Limit.TokenInterval()
-				tat := t + st[i].rel
-				back := min(need, need-(tat-markOf(marks, i)))
-				if back > 0 {
-					tat -= back
-					if tat <= t {
-						delete(m.tats, bucketKey(op.Key, r.Sub))
-						st[i].rel = 0
-					} else {
-						m.tats[bucketKey(op.Key, r.Sub)] = tat
-						st[i].rel = tat - t
-					}
-				}
+				s.tat = max(s.tat-cost*r.Interval, t)
 			}
 		}
 	}
-
-	for i, r := range op.Rules {
-		if r.IsQuota() && op.Kind == tollgate.OpCancel && st[i].end <= t {
-			st[i].used = 0 // the period has ended: a new one begins
-		}
+	maxDelay := int64(0)
+	if op.Kind == storekit.Take {
+		maxDelay = max(op.MaxDelay, 0).Microseconds()
 	}
-	allowed := true
-	var delay int64
-	for i, r := range op.Rules {
-		if r.IsQuota() {
-			if st[i].used+cost > r.Quota.Tokens {
-				allowed = false
-			}
+	allowed, delay := true, int64(0)
+	for i := range op.Rules {
+		r := &op.Rules[i]
+		s := state(r)
+		if r.Kind == storekit.Quota {
+			allowed = allowed && s.used+cost <= r.Burst
 			continue
 		}
-		interval := r.Limit.TokenInterval()
-		if wait := st[i].rel + cost*interval - r.Limit.Burst*interval; wait > 0 {
+		if wait := max(s.tat-t, 0) + cost*r.Interval - r.Tolerance(); wait > 0 {
 			delay = max(delay, wait)
-			if wait > maxDelay {
-				allowed = false
-			}
+			allowed = allowed && wait <= maxDelay
 		}
 	}
-	granted := op.Kind == tollgate.OpTake && allowed
-	for i, r := range op.Rules {
-		if r.IsQuota() {
-			left := st[i].end - t
+	granted := op.Kind == storekit.Take && allowed
+	for i := range op.Rules {
+		r := &op.Rules[i]
+		s := state(r)
+		var res storekit.Result
+		if r.Kind == storekit.Quota {
 			if granted {
-				m.used[periodKey(op.Key, r.Sub, st[i].start)] = st[i].used + cost
-				op.Results[i] = tollgate.Result{Allowed: true, Remaining: max(r.Quota.Tokens-st[i].used-cost, 0), ResetAfter: usec(left)}
-				op.Marks = append(op.Marks, st[i].start)
-				continue
+				s.used += cost
+				s.end = periodEnd(r, now)
 			}
-			over := st[i].used+cost > r.Quota.Tokens
-			res := tollgate.Result{Allowed: !over, Remaining: max(r.Quota.Tokens-st[i].used, 0)}
-			if over {
-				res.RetryAfter = usec(left)
+			left := usec(s.end - t)
+			over := s.used+cost > r.Burst
+			res = storekit.Result{Allowed: granted || !over, Remaining: max(r.Burst-s.used, 0)}
+			if !granted && over {
+				res.RetryAfter = left
 			}
-			if st[i].used > 0 {
-				res.ResetAfter = usec(left)
+			if s.used > 0 {
+				res.ResetAfter = left
 			}
-			op.Results[i] = res
-			continue
+		} else {
+			rel := max(s.tat-t, 0)
+			need, tol := cost*r.Interval, r.Tolerance()
+			if granted {
+				rel += need
+				s.tat = t + rel
+				res = storekit.Result{Allowed: true, Remaining: max(tol-rel, 0) / r.Interval, ResetAfter: usec(rel)}
+			} else {
+				wait := rel + need - tol
+				res = storekit.Result{Allowed: wait <= 0, Remaining: max(tol-rel, 0) / r.Interval,
+					RetryAfter: usec(max(wait, 0)), ResetAfter: usec(rel)}
+			}
 		}
-		interval := r.Limit.TokenInterval()
-		tol, need := r.Limit.Burst*interval, cost*interval
-		if granted {
-			ahead := st[i].rel + need
-			m.tats[bucketKey(op.Key, r.Sub)] = t + ahead
-			op.Results[i] = tollgate.Result{Allowed: true, Remaining: max(tol-ahead, 0) / interval, ResetAfter: usec(ahead)}
-			op.Marks = append(op.Marks, t+ahead)
-			continue
-		}
-		wait := st[i].rel + need - tol
-		op.Results[i] = tollgate.Result{Allowed: wait <= 0, Remaining: max(tol-st[i].rel, 0) / interval,
-			RetryAfter: usec(max(wait, 0)), ResetAfter: usec(st[i].rel)}
+		op.Results = append(op.Results, res)
 	}
-	if op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect {
+	if op.Kind == storekit.Take || op.Kind == storekit.Inspect {
 		op.Allowed = allowed
 		if allowed {
 			op.Delay = usec(delay)
 		}
 	}
+	if granted {
+		op.Mark = t + delay
+	}
 }
 
-func markOf(marks []int64, i int) int64 {
-	if i < len(marks) {
-		return marks[i]
-	}
-	return 0
+func periodEnd(r *storekit.Rule, now time.Time) int64 {
+	_, end := r.Period(now)
+	return end.UnixMicro()
 }
 
 func usec(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

@@ -1,0 +1,20 @@
+// Package hooks gives the module's own packages what the engine keeps out
+// of its public API: the test kits (adaptertest, storetest) a Limiter's test
+// clock, and the HTTP layer a memo per plan for its header values. The
+// engine fills the variables in at init; their types use any to keep this
+// package free of imports.
+package hooks
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// LimiterClock returns a tollgate.Option that makes a Limiter read the time
+// of its decisions from now.
+var LimiterClock func(now func() time.Time) any
+
+// PolicyMemo returns the memo of the policies of d, a *tollgate.Decision:
+// one value per compiled plan and budget, for what the HTTP layer derives
+// from the policies alone. It returns nil for a decision without figures.
+var PolicyMemo func(d any) *atomic.Value
