@@ -55,19 +55,20 @@ func (db *planDB) set(tenant string, p tollgate.Plan) {
 	db.mu.Unlock()
 }
 
-func newCache(t *testing.T, db *planDB, opts ...tollgate.CachingOption) (*tollgate.CachingResolver, *storetest.Clock) {
+func newCache(t *testing.T, db *planDB, maxEntries int) (*tollgate.CachingResolver, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock()
-	c, err := tollgate.NewCachingResolver(db, time.Minute, append([]tollgate.CachingOption{tollgate.WithCacheClock(clock.Now)}, opts...)...)
+	c, err := tollgate.NewCachingResolver(db, time.Minute, maxEntries)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tollgate.WithCacheClock(c, clock.Now)
 	return c, clock
 }
 
 func TestCachingResolverTTLAndInvalidate(t *testing.T) {
 	db := &planDB{plans: map[string]tollgate.Plan{"acme": startupPlan}}
-	c, clock := newCache(t, db)
+	c, clock := newCache(t, db, 0)
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
 		if p, err := c.ResolvePlan(ctx, "acme"); err != nil || p.Name != startupPlan.Name {
@@ -101,7 +102,7 @@ func TestCachingResolverTTLAndInvalidate(t *testing.T) {
 
 func TestCachingResolverSingleFlight(t *testing.T) {
 	db := &planDB{plans: map[string]tollgate.Plan{}, gate: make(chan struct{})}
-	c, _ := newCache(t, db)
+	c, _ := newCache(t, db, 0)
 	var wg sync.WaitGroup
 	errs := make(chan error, 50)
 	for i := 0; i < 50; i++ {
@@ -131,7 +132,7 @@ func TestCachingResolverSingleFlight(t *testing.T) {
 func TestCachingResolverWaiterCancellation(t *testing.T) {
 	db := &planDB{plans: map[string]tollgate.Plan{}, gate: make(chan struct{})}
 	defer close(db.gate)
-	c, _ := newCache(t, db)
+	c, _ := newCache(t, db, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := c.ResolvePlan(ctx, "acme"); !errors.Is(err, context.Canceled) {
@@ -141,7 +142,7 @@ func TestCachingResolverWaiterCancellation(t *testing.T) {
 
 func TestCachingResolverInvalidateDuringLookup(t *testing.T) {
 	db := &planDB{plans: map[string]tollgate.Plan{"acme": startupPlan}, gate: make(chan struct{})}
-	c, _ := newCache(t, db)
+	c, _ := newCache(t, db, 0)
 	done := make(chan tollgate.Plan)
 	go func() {
 		p, _ := c.ResolvePlan(context.Background(), "acme")
@@ -162,7 +163,7 @@ func TestCachingResolverInvalidateDuringLookup(t *testing.T) {
 
 func TestCachingResolverStaleOnError(t *testing.T) {
 	db := &planDB{plans: map[string]tollgate.Plan{"acme": growthPlan}}
-	c, clock := newCache(t, db)
+	c, clock := newCache(t, db, 0)
 	ctx := context.Background()
 	c.ResolvePlan(ctx, "acme")
 	db.fail.Store(true)
@@ -181,7 +182,7 @@ func TestCachingResolverStaleOnError(t *testing.T) {
 
 func TestCachingResolverIsBounded(t *testing.T) {
 	db := &planDB{plans: map[string]tollgate.Plan{}}
-	c, clock := newCache(t, db, tollgate.WithMaxEntries(10))
+	c, clock := newCache(t, db, 10)
 	for i := 0; i < 100; i++ {
 		clock.Advance(time.Millisecond)
 		if _, err := c.ResolvePlan(context.Background(), fmt.Sprint("tenant-", i)); err != nil {
@@ -197,7 +198,7 @@ func TestCachingResolverRejectsInvalidPlans(t *testing.T) {
 	bad := tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
 		return tollgate.Plan{Name: "broken", Limit: tollgate.Limit{Rate: 0, Burst: 5}}, nil
 	})
-	c, err := tollgate.NewCachingResolver(bad, time.Minute)
+	c, err := tollgate.NewCachingResolver(bad, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,10 +206,10 @@ func TestCachingResolverRejectsInvalidPlans(t *testing.T) {
 		t.Fatalf("invalid plan from the database: %v", err)
 	}
 	for name, build := range map[string]func() error{
-		"nil":      func() error { _, err := tollgate.NewCachingResolver(nil, time.Minute); return err },
-		"zero ttl": func() error { _, err := tollgate.NewCachingResolver(bad, 0); return err },
+		"nil":      func() error { _, err := tollgate.NewCachingResolver(nil, time.Minute, 0); return err },
+		"zero ttl": func() error { _, err := tollgate.NewCachingResolver(bad, 0, 0); return err },
 		"entries": func() error {
-			_, err := tollgate.NewCachingResolver(bad, time.Minute, tollgate.WithMaxEntries(0))
+			_, err := tollgate.NewCachingResolver(bad, time.Minute, -1)
 			return err
 		},
 	} {
@@ -233,7 +234,7 @@ func waitFor(t *testing.T, cond func() bool) {
 
 func TestCachingResolverServesStaleWhileRefreshing(t *testing.T) {
 	db := &planDB{plans: map[string]tollgate.Plan{"acme": growthPlan}}
-	c, clock := newCache(t, db)
+	c, clock := newCache(t, db, 0)
 	ctx := context.Background()
 	c.ResolvePlan(ctx, "acme")
 	db.gate = make(chan struct{}) // the database hangs from now on
@@ -256,7 +257,7 @@ func TestCachingResolverSurvivesPanics(t *testing.T) {
 	c, err := tollgate.NewCachingResolver(tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
 		calls.Add(1)
 		panic("database driver bug")
-	}), time.Minute)
+	}), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,10 +279,11 @@ func TestCachingResolverAbandonsLookupsThatIgnoreTheirContext(t *testing.T) {
 	c, err := tollgate.NewCachingResolver(tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
 		<-block // ignores its context
 		return freePlan, nil
-	}), time.Minute, tollgate.WithLookupTimeout(50*time.Millisecond))
+	}), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tollgate.WithLookupTimeout(c, 50*time.Millisecond)
 	start := time.Now()
 	_, err = c.ResolvePlan(context.Background(), "acme")
 	if err == nil || time.Since(start) > 2*time.Second {
@@ -291,8 +293,8 @@ func TestCachingResolverAbandonsLookupsThatIgnoreTheirContext(t *testing.T) {
 
 func TestCachingResolverRefusesLongTenants(t *testing.T) {
 	db := &planDB{plans: map[string]tollgate.Plan{}}
-	c, _ := newCache(t, db)
-	if _, err := c.ResolvePlan(context.Background(), strings.Repeat("x", tollgate.MaxTenantLength+1)); !errors.Is(err, tollgate.ErrInvalidTenant) {
+	c, _ := newCache(t, db, 0)
+	if _, err := c.ResolvePlan(context.Background(), strings.Repeat("x", 257)); !errors.Is(err, tollgate.ErrInvalidTenant) {
 		t.Fatalf("long tenant: %v", err)
 	}
 	if db.lookups.Load() != 0 || c.Len() != 0 {

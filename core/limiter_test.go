@@ -8,39 +8,31 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
 )
 
 var errStoreDown = errors.New("store down")
 
-type failingStore struct{ calls int }
+// failingStore fails every Op but Check.
+type failingStore struct{ calls atomic.Int64 }
 
-func (s *failingStore) Take(context.Context, string, tollgate.Limit, int64) (tollgate.Result, error) {
-	s.calls++
-	return tollgate.Result{}, errStoreDown
+func (s *failingStore) Do(_ context.Context, op *storekit.Op) error {
+	if op.Kind == storekit.Check {
+		return nil
+	}
+	s.calls.Add(1)
+	return errStoreDown
 }
 
-// stuckStore blocks until its context ends, like a Redis that never answers,
-// and records the deadline it was given.
-type stuckStore struct {
-	mu       sync.Mutex
-	deadline time.Duration
-	had      bool
-}
-
-func (s *stuckStore) Take(ctx context.Context, _ string, _ tollgate.Limit, _ int64) (tollgate.Result, error) {
-	d, ok := ctx.Deadline()
-	s.mu.Lock()
-	s.had, s.deadline = ok, time.Until(d)
-	s.mu.Unlock()
-	<-ctx.Done()
-	return tollgate.Result{}, ctx.Err()
-}
+// newStore returns the store the Limiter tests run on: the reference model,
+// on clock.
+func newStore(clock *storetest.Clock) tollgate.Store { return storetest.NewModelStore(clock.Now) }
 
 func defaultResolver(t *testing.T) *tollgate.StaticResolver {
 	t.Helper()
@@ -51,13 +43,13 @@ func defaultResolver(t *testing.T) *tollgate.StaticResolver {
 	return r
 }
 
-// newLimiter returns a Limiter over store (a memory store on the returned
-// clock if nil) with the default plans, acme on enterprise.
+// newLimiter returns a Limiter over store (a new store on the returned clock
+// if nil) with the default plans, acme on enterprise.
 func newLimiter(t *testing.T, store tollgate.Store, opts ...tollgate.Option) (*tollgate.Limiter, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock()
 	if store == nil {
-		store = memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
+		store = newStore(clock)
 	}
 	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil)}, opts...)
 	l, err := tollgate.New(store, defaultResolver(t), opts...)
@@ -67,13 +59,13 @@ func newLimiter(t *testing.T, store tollgate.Store, opts ...tollgate.Option) (*t
 	return l, clock
 }
 
-// newModelLimiter returns a Limiter over the reference MultiStore that gives
-// every tenant plan, both on the returned clock.
+// newModelLimiter returns a Limiter over the reference store with plans,
+// both on the returned clock.
 func newModelLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.Option) (*tollgate.Limiter, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock()
 	opts = append([]tollgate.Option{tollgate.WithClock(clock.Now), tollgate.WithLogger(nil)}, opts...)
-	l, err := tollgate.New(storetest.NewModelStore(clock.Now), plans, opts...)
+	l, err := tollgate.New(newStore(clock), plans, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +79,7 @@ func TestLimiterDecides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !d.HasFigures() || !d.Allowed || d.Plan.Name != "enterprise" || d.Policy != "enterprise" || d.Cost != 1 ||
+	if !d.HasFigures() || !d.Allowed || d.Plan != "enterprise" || d.Policy != "enterprise" || d.Cost != 1 ||
 		d.Remaining != 1999 || d.ResetAfter != 5*time.Millisecond || !d.Time.Equal(clock.Now()) || d.Degraded {
 		t.Fatalf("got %+v", d)
 	}
@@ -108,18 +100,18 @@ func TestLimiterRejectsImpossibleRequests(t *testing.T) {
 	l, _ := newLimiter(t, nil)
 	ctx := context.Background()
 	_, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 21})
-	if !errors.Is(err, tollgate.ErrCostExceedsBurst) || !strings.Contains(err.Error(), `"free"`) {
+	if !errors.Is(err, tollgate.ErrInvalidLimit) || !strings.Contains(err.Error(), `"free"`) {
 		t.Errorf("cost 21 on free (burst 20): %v, want ErrCostExceedsBurst naming the plan", err)
 	}
 	if _, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: -1}); !errors.Is(err, tollgate.ErrInvalidLimit) {
 		t.Errorf("cost -1: %v", err)
 	}
-	for _, tenant := range []string{"", strings.Repeat("x", tollgate.MaxTenantLength+1), strings.Repeat("y", 1<<20)} {
+	for _, tenant := range []string{"", strings.Repeat("x", 257), strings.Repeat("y", 1<<20)} {
 		if _, err := l.Take(ctx, tollgate.Request{Tenant: tenant}); !errors.Is(err, tollgate.ErrInvalidTenant) {
 			t.Errorf("tenant of %d bytes: %v, want ErrInvalidTenant", len(tenant), err)
 		}
 	}
-	if d, err := l.Take(ctx, tollgate.Request{Tenant: strings.Repeat("x", tollgate.MaxTenantLength)}); err != nil || !d.Allowed {
+	if d, err := l.Take(ctx, tollgate.Request{Tenant: strings.Repeat("x", 256)}); err != nil || !d.Allowed {
 		t.Errorf("tenant of MaxTenantLength bytes: %+v, %v", d, err)
 	}
 }
@@ -134,7 +126,7 @@ func TestFailurePolicy(t *testing.T) {
 		}
 	})
 	t.Run("closed", func(t *testing.T) {
-		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFailurePolicy(tollgate.FailClosed))
+		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFailClosed(true))
 		d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
 		if err != nil || d.Allowed || !d.Degraded || d.HasFigures() {
 			t.Fatalf("fail-closed: %+v, %v", d, err)
@@ -142,8 +134,7 @@ func TestFailurePolicy(t *testing.T) {
 	})
 	t.Run("fallback", func(t *testing.T) {
 		clock := storetest.NewClock()
-		fallback := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
-		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallbackStore(fallback), tollgate.WithFailurePolicy(tollgate.FailClosed))
+		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallback(newStore(clock), 1), tollgate.WithFailClosed(true))
 		allowed := 0
 		for i := 0; i < 25; i++ {
 			d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
@@ -159,7 +150,7 @@ func TestFailurePolicy(t *testing.T) {
 		}
 	})
 	t.Run("fallback fails too", func(t *testing.T) {
-		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallbackStore(&failingStore{}), tollgate.WithFailurePolicy(tollgate.FailClosed))
+		l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallback(&failingStore{}, 1), tollgate.WithFailClosed(true))
 		d, _ := l.Take(ctx, tollgate.Request{Tenant: "t"})
 		if d.Allowed || !d.Degraded || d.HasFigures() || !errors.Is(d.Err, errStoreDown) {
 			t.Fatalf("%+v", d)
@@ -170,18 +161,18 @@ func TestFailurePolicy(t *testing.T) {
 			return tollgate.Plan{}, errors.New("db down")
 		})
 		store := &failingStore{}
-		for _, policy := range []tollgate.FailurePolicy{tollgate.FailOpen, tollgate.FailClosed} {
-			l, err := tollgate.New(store, broken, tollgate.WithFailurePolicy(policy), tollgate.WithLogger(nil))
+		for _, closed := range []bool{false, true} {
+			l, err := tollgate.New(store, broken, tollgate.WithFailClosed(closed), tollgate.WithLogger(nil))
 			if err != nil {
 				t.Fatal(err)
 			}
 			d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
-			if err != nil || !d.Degraded || d.Allowed != (policy == tollgate.FailOpen) || !strings.Contains(d.Err.Error(), "db down") {
-				t.Errorf("%v: %+v, %v", policy, d, err)
+			if err != nil || !d.Degraded || d.Allowed == closed || !strings.Contains(d.Err.Error(), "db down") || d.FailureKind() != "resolver" {
+				t.Errorf("closed %v: %+v, %v", closed, d, err)
 			}
 		}
-		if store.calls != 0 {
-			t.Errorf("store called %d times without a plan", store.calls)
+		if n := store.calls.Load(); n != 0 {
+			t.Errorf("store called %d times without a plan", n)
 		}
 	})
 }
@@ -192,7 +183,7 @@ func TestResolversCannotHurtRequests(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(&buf, nil))
 	t.Run("panic", func(t *testing.T) {
 		panicky := tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) { panic("nil map in the plan cache") })
-		l, err := tollgate.New(memory.New(), panicky, tollgate.WithLogger(logger), tollgate.WithFailurePolicy(tollgate.FailClosed))
+		l, err := tollgate.New(storetestModel(), panicky, tollgate.WithLogger(logger), tollgate.WithFailClosed(true))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +202,7 @@ func TestResolversCannotHurtRequests(t *testing.T) {
 			<-block
 			return tollgate.DefaultPlans()[0], nil
 		})
-		l, err := tollgate.New(memory.New(), hung, tollgate.WithLogger(nil), tollgate.WithResolverTimeout(30*time.Millisecond))
+		l, err := tollgate.New(storetestModel(), hung, tollgate.WithLogger(nil), tollgate.WithResolverTimeout(30*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,11 +225,11 @@ func TestResolversCannotHurtRequests(t *testing.T) {
 		c, err := tollgate.NewCachingResolver(tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
 			<-block
 			return tollgate.DefaultPlans()[0], nil
-		}), time.Minute)
+		}), time.Minute, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := tollgate.New(memory.New(), c, tollgate.WithLogger(nil), tollgate.WithResolverTimeout(30*time.Millisecond))
+		l, err := tollgate.New(storetestModel(), c, tollgate.WithLogger(nil), tollgate.WithResolverTimeout(30*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,48 +243,44 @@ func TestResolversCannotHurtRequests(t *testing.T) {
 	})
 }
 
-func TestStoreTimeout(t *testing.T) {
-	stuck := &stuckStore{}
-	l, _ := newLimiter(t, stuck, tollgate.WithStoreTimeout(20*time.Millisecond))
-	d, err := l.Take(context.Background(), tollgate.Request{Tenant: "t"})
-	if err != nil || !d.Allowed || !d.Degraded || !errors.Is(d.Err, context.DeadlineExceeded) {
-		t.Fatalf("stuck store: %+v, %v", d, err)
-	}
-	if !stuck.had || stuck.deadline > 20*time.Millisecond {
-		t.Fatalf("store saw deadline %v (set: %v), want at most 20ms", stuck.deadline, stuck.had)
-	}
-}
-
 // checkedStore is a Store whose Check reports err.
 type checkedStore struct {
 	failingStore
 	err error
 }
 
-func (s *checkedStore) Check(context.Context) error { return s.err }
+func (s *checkedStore) Do(ctx context.Context, op *storekit.Op) error {
+	if op.Kind == storekit.Check {
+		return s.err
+	}
+	return s.failingStore.Do(ctx, op)
+}
 
 func TestNewRejectsBadConfiguration(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
+	store := storetestModel()
 	free := tollgate.SinglePlan(tollgate.DefaultPlans()[0])
-	var typedNil *memory.Store
+	var typedNil *storetest.ModelStore
 	var typedNilResolver *tollgate.StaticResolver
 	cases := map[string]func() (*tollgate.Limiter, error){
 		"nil store":          func() (*tollgate.Limiter, error) { return tollgate.New(nil, free) },
 		"typed-nil store":    func() (*tollgate.Limiter, error) { return tollgate.New(typedNil, free) },
 		"nil resolver":       func() (*tollgate.Limiter, error) { return tollgate.New(store, nil) },
 		"typed-nil resolver": func() (*tollgate.Limiter, error) { return tollgate.New(store, typedNilResolver) },
-		"typed-nil fallback": func() (*tollgate.Limiter, error) {
-			return tollgate.New(store, free, tollgate.WithFallbackStore(typedNil))
+		"no replicas": func() (*tollgate.Limiter, error) {
+			return tollgate.New(store, free, tollgate.WithFallback(storetestModel(), 0))
 		},
-		"bad policy":          func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithFailurePolicy(7)) },
-		"zero store timeout":  func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithStoreTimeout(0)) },
 		"zero resolver bound": func() (*tollgate.Limiter, error) { return tollgate.New(store, free, tollgate.WithResolverTimeout(-1)) },
+		"invalid single plan": func() (*tollgate.Limiter, error) {
+			return tollgate.New(store, tollgate.SinglePlan(tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 0, Burst: 1}}))
+		},
+		"shadow plan it lacks": func() (*tollgate.Limiter, error) {
+			return tollgate.New(store, defaultResolver(t), tollgate.WithShadow("Free"))
+		},
 		"misconfigured store": func() (*tollgate.Limiter, error) {
 			return tollgate.New(&checkedStore{err: errors.Join(tollgate.ErrMisconfigured, errors.New("WRONGPASS"))}, free)
 		},
 		"misconfigured fallback": func() (*tollgate.Limiter, error) {
-			return tollgate.New(store, free, tollgate.WithFallbackStore(&checkedStore{err: tollgate.ErrMisconfigured}))
+			return tollgate.New(store, free, tollgate.WithFallback(&checkedStore{err: tollgate.ErrMisconfigured}, 1))
 		},
 	}
 	for name, build := range cases {
@@ -311,19 +298,19 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 func TestPlanChangeAppliesOnNextRequest(t *testing.T) {
 	clock := storetest.NewClock()
 	resolver, _ := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
-	l, _ := tollgate.New(memory.New(memory.WithClock(clock.Now)), resolver, tollgate.WithLogger(nil))
+	l, _ := tollgate.New(newStore(clock), resolver, tollgate.WithLogger(nil), tollgate.WithClock(clock.Now))
 	ctx := context.Background()
 	d, _ := l.Take(ctx, tollgate.Request{Tenant: "globex"})
-	if d.Plan.Name != "free" {
-		t.Fatalf("plan %q before the upgrade", d.Plan.Name)
+	if d.Plan != "free" {
+		t.Fatalf("plan %q before the upgrade", d.Plan)
 	}
 	if err := resolver.Assign("globex", "growth"); err != nil {
 		t.Fatal(err)
 	}
 	// The bucket owes the 0.5s of the free token it spent: 25 growth
 	// tokens, and this request takes one more.
-	if d, _ = l.Take(ctx, tollgate.Request{Tenant: "globex"}); d.Plan.Name != "growth" || d.Remaining != 500-25-1 {
-		t.Fatalf("after the upgrade: plan %q remaining %d", d.Plan.Name, d.Remaining)
+	if d, _ = l.Take(ctx, tollgate.Request{Tenant: "globex"}); d.Plan != "growth" || d.Remaining != 500-25-1 {
+		t.Fatalf("after the upgrade: plan %q remaining %d", d.Plan, d.Remaining)
 	}
 	if err := resolver.Assign("globex", "platinum"); !errors.Is(err, tollgate.ErrUnknownPlan) {
 		t.Errorf("assigning an unknown plan: %v", err)
@@ -343,7 +330,7 @@ func TestStaticResolverPlansAreCompiledOnce(t *testing.T) {
 	var got [2][]tollgate.Decision
 	for i, r := range []tollgate.PlanResolver{static, other} {
 		clock := storetest.NewClock()
-		l, err := tollgate.New(memory.New(memory.WithClock(clock.Now)), r, tollgate.WithLogger(nil))
+		l, err := tollgate.New(newStore(clock), r, tollgate.WithLogger(nil), tollgate.WithClock(clock.Now))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,12 +351,12 @@ func TestStaticResolverPlansAreCompiledOnce(t *testing.T) {
 	}
 	for j := range got[0] {
 		a, b := got[0][j], got[1][j]
-		if a.Plan.Name != b.Plan.Name || a.Allowed != b.Allowed || a.Remaining != b.Remaining || a.Policy != b.Policy || a.ResetAfter != b.ResetAfter {
-			t.Errorf("decision %d: static %s %v %d, other %s %v %d", j, a.Plan.Name, a.Allowed, a.Remaining, b.Plan.Name, b.Allowed, b.Remaining)
+		if a.Plan != b.Plan || a.Allowed != b.Allowed || a.Remaining != b.Remaining || a.Policy != b.Policy || a.ResetAfter != b.ResetAfter {
+			t.Errorf("decision %d: static %s %v %d, other %s %v %d", j, a.Plan, a.Allowed, a.Remaining, b.Plan, b.Allowed, b.Remaining)
 		}
 	}
-	if got[0][0].Plan.Name != "growth" || got[0][1].Plan.Name != "free" {
-		t.Errorf("plans %q and %q, want growth and free", got[0][0].Plan.Name, got[0][1].Plan.Name)
+	if got[0][0].Plan != "growth" || got[0][1].Plan != "free" {
+		t.Errorf("plans %q and %q, want growth and free", got[0][0].Plan, got[0][1].Plan)
 	}
 
 	// SinglePlan's plan is compiled too, and a copy: changing the
@@ -377,14 +364,15 @@ func TestStaticResolverPlansAreCompiledOnce(t *testing.T) {
 	policies := []tollgate.Policy{{Quota: tollgate.Quota{Tokens: 2, Period: tollgate.Daily}}}
 	single := tollgate.SinglePlan(tollgate.Plan{Name: "tiny", Limit: tollgate.Limit{Rate: 1, Burst: 10}, Policies: policies})
 	policies[0].Quota.Tokens = 1000
-	l, _ := tollgate.New(memory.New(memory.WithClock(storetest.NewClock().Now)), single, tollgate.WithLogger(nil))
+	clock := storetest.NewClock()
+	l, _ := tollgate.New(newStore(clock), single, tollgate.WithLogger(nil), tollgate.WithClock(clock.Now))
 	allowed := 0
 	for range 5 {
 		d, _ := l.Take(ctx, tollgate.Request{Tenant: "t"})
 		if d.Allowed {
 			allowed++
 		}
-		if n := d.Plan.Policies[0].Quota.Tokens; n != 2 {
+		if n := d.Policies()[1].Quota.Tokens; n != 2 {
 			t.Fatalf("SinglePlan: the decision's plan has a quota of %d, want 2", n)
 		}
 	}
@@ -393,22 +381,43 @@ func TestStaticResolverPlansAreCompiledOnce(t *testing.T) {
 	}
 }
 
-func TestThrottleEvents(t *testing.T) {
-	var events []tollgate.ThrottleEvent
-	l, _ := newLimiter(t, nil, tollgate.WithOnThrottle(func(_ context.Context, e tollgate.ThrottleEvent) {
-		events = append(events, e)
-	}))
+// recorder is an Observer that keeps copies of the decisions it sees.
+type recorder struct {
+	mu        sync.Mutex
+	decisions []tollgate.Decision
+}
+
+func (r *recorder) Observe(_ context.Context, d *tollgate.Decision) {
+	r.mu.Lock()
+	r.decisions = append(r.decisions, *d)
+	r.mu.Unlock()
+}
+
+func TestObserversSeeEveryDecision(t *testing.T) {
+	var rec recorder
+	l, _ := newLimiter(t, nil, tollgate.WithObserver(&rec))
 	ctx := context.Background()
 	for i := 0; i < 23; i++ {
 		l.Take(ctx, tollgate.Request{Tenant: "t", Method: "GET", Route: "/api/hello"})
 	}
-	if len(events) != 3 {
-		t.Fatalf("%d throttle events for 3 denials", len(events))
+	l.Take(ctx, tollgate.Request{Tenant: "bad\x00tenant"})
+	if len(rec.decisions) != 24 {
+		t.Fatalf("%d decisions observed, want 24", len(rec.decisions))
 	}
-	e := events[0]
-	if e.Tenant != "t" || e.Plan.Name != "free" || e.Policy != "free" || e.Method != "GET" || e.Route != "/api/hello" ||
-		e.Allowed || e.RetryAfter != 500*time.Millisecond {
-		t.Errorf("event %+v", e)
+	outcomes := map[string]int{}
+	for _, d := range rec.decisions {
+		outcomes[d.Outcome()]++
+	}
+	if outcomes["allowed"] != 20 || outcomes["denied"] != 3 || outcomes["rejected"] != 1 {
+		t.Errorf("outcomes %v", outcomes)
+	}
+	e := rec.decisions[20]
+	if e.Tenant != "t" || e.Plan != "free" || e.Policy != "free" || e.Method != "GET" || e.Route != "/api/hello" ||
+		e.Allowed || e.RetryAfter != 500*time.Millisecond || e.Capacity() != 20 {
+		t.Errorf("denial %+v", e)
+	}
+	if k := rec.decisions[23].FailureKind(); k != "invalid" {
+		t.Errorf("a rejected tenant's failure kind %q, want invalid", k)
 	}
 }
 
@@ -417,7 +426,7 @@ func TestThrottleLogIsSampledPerTenant(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(&buf, nil))
 	clock := storetest.NewClock()
 	resolver, _ := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
-	l, err := tollgate.New(memory.New(memory.WithClock(clock.Now)), resolver, tollgate.WithLogger(logger), tollgate.WithClock(clock.Now))
+	l, err := tollgate.New(newStore(clock), resolver, tollgate.WithLogger(logger), tollgate.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,29 +567,13 @@ func decodeLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 	return out
 }
 
-// halving is a fallback that decides under half of each burst, as a
-// redisstore.DividedStore does for two replicas.
-type halving struct{ inner *memory.Store }
-
-func (h halving) half(l tollgate.Limit) tollgate.Limit {
-	return tollgate.Limit{Rate: l.Rate / 2, Burst: max(l.Burst/2, 1)}
-}
-
-func (h halving) Take(ctx context.Context, key string, l tollgate.Limit, cost int64) (tollgate.Result, error) {
-	return h.inner.Take(ctx, key, h.half(l), cost)
-}
-
-func (h halving) LimitFor(l tollgate.Limit, _ int64) tollgate.Limit { return h.half(l) }
-
 func TestFallbackFiguresDescribeTheFallbackBucket(t *testing.T) {
-	l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallbackStore(halving{memory.New()}))
+	l, _ := newLimiter(t, &failingStore{}, tollgate.WithFallback(storetestModel(), 2))
 	d, _ := l.Take(context.Background(), tollgate.Request{Tenant: "t"})
 	p := d.Policies()
-	if len(p) != 1 || p[0].Limit.Burst != 10 || p[0].Limit.Rate != 1 || d.Remaining != 9 {
+	if !d.Fallback || len(p) != 1 || p[0].Limit.Burst != 10 || p[0].Limit.Rate != 1 || d.Remaining != 9 {
 		t.Fatalf("fallback policies %+v remaining %d, want the halved free bucket (10 at 1/s)", p, d.Remaining)
 	}
 }
 
 func storetestModel() *storetest.ModelStore { return storetest.NewModelStore(time.Now) }
-
-func errorsIs(err, target error) bool { return errors.Is(err, target) }

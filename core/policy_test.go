@@ -8,13 +8,12 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/memory"
 )
 
 // trial is the examples' trial plan: bursts of 10 at 5 a second, 30 a day,
 // and a reports budget of 50 tokens an hour.
 var trial = tollgate.Plan{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{
-	{Quota: tollgate.PerDay(30)},
+	{Quota: perDay(30)},
 	{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}},
 }}
 
@@ -25,11 +24,11 @@ func TestPlanValidationNamesTheField(t *testing.T) {
 		want string
 	}{
 		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{}}}, "exactly one of Limit and Quota"},
-		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Limit: bucket, Quota: tollgate.PerDay(5)}}}, "exactly one of Limit and Quota"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Limit: bucket, Quota: perDay(5)}}}, "exactly one of Limit and Quota"},
 		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Limit: bucket}}}, "Name must be set"},
-		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(0)}}}, "Quota.Tokens"},
-		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Name: "a", Quota: tollgate.PerDay(5)}, {Name: "b", Quota: tollgate.PerDay(9)}}}, "share its state"},
-		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Name: "p", Quota: tollgate.PerDay(5)}}}, "used twice"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Quota: perDay(0)}}}, "Quota.Tokens"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Name: "a", Quota: perDay(5)}, {Name: "b", Quota: perDay(9)}}}, "share its state"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Name: "p", Quota: perDay(5)}}}, "used twice"},
 		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Budget: "bad budget", Limit: bucket}}}, "Budget"},
 		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Budget: "r", Limit: tollgate.Limit{Rate: 1}}}}, "Burst"},
 		{tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 1e6, Burst: 3e15}}, "Burst"},
@@ -115,15 +114,15 @@ func TestBudgetDeniesWhileThePlanAllows(t *testing.T) {
 		t.Fatalf("unknown budget: %+v", d)
 	}
 	// Cost above the budget's burst can never pass: a configuration error.
-	if _, err := l.Take(ctx, tollgate.Request{Tenant: "initech", Cost: 51, Budget: "reports"}); !errors.Is(err, tollgate.ErrCostExceedsBurst) ||
+	if _, err := l.Take(ctx, tollgate.Request{Tenant: "initech", Cost: 51, Budget: "reports"}); !errors.Is(err, tollgate.ErrInvalidLimit) ||
 		!strings.Contains(err.Error(), "startup-reports") {
 		t.Fatalf("cost 51 on a budget of 50: %v", err)
 	}
 }
 
 func TestPlanChangeMidPeriodKeepsTheQuotaUsed(t *testing.T) {
-	small := tollgate.Plan{Name: "small", Limit: tollgate.Limit{Rate: 100, Burst: 100}, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(10)}}}
-	large := tollgate.Plan{Name: "large", Limit: tollgate.Limit{Rate: 100, Burst: 100}, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(15)}}}
+	small := tollgate.Plan{Name: "small", Limit: tollgate.Limit{Rate: 100, Burst: 100}, Policies: []tollgate.Policy{{Quota: perDay(10)}}}
+	large := tollgate.Plan{Name: "large", Limit: tollgate.Limit{Rate: 100, Burst: 100}, Policies: []tollgate.Policy{{Quota: perDay(15)}}}
 	resolver, err := tollgate.NewStaticResolver([]tollgate.Plan{small, large}, "small", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +137,7 @@ func TestPlanChangeMidPeriodKeepsTheQuotaUsed(t *testing.T) {
 	if !d.Allowed || d.Results()[1].Remaining != 6 {
 		t.Fatalf("after the upgrade: %+v, want 15-8-1 = 6 left today", d.Results())
 	}
-	if _, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 16}); !errors.Is(err, tollgate.ErrCostExceedsBurst) {
+	if _, err := l.Take(ctx, tollgate.Request{Tenant: "t", Cost: 16}); !errors.Is(err, tollgate.ErrInvalidLimit) {
 		t.Fatalf("cost above the quota: %v", err)
 	}
 }
@@ -178,13 +177,69 @@ func TestInspectAndReset(t *testing.T) {
 	if r := d.Results(); r[0].Remaining != 10 || r[1].Remaining != 30 || r[2].Remaining != 50 || !d.Allowed {
 		t.Fatalf("after Reset: %+v", r)
 	}
-	// A store that only takes can neither inspect nor reset.
-	plain, _ := newLimiter(t, takeOnly{memory.New(memory.WithSweepInterval(0))})
-	if _, err := plain.Inspect(ctx, "t"); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Inspect on a plain store: %v", err)
+}
+
+// TestPlanChangeAcrossTimeZonesKeepsTheQuotaUsed moves a tenant to a plan
+// whose day starts in another time zone: what it used today still counts.
+func TestPlanChangeAcrossTimeZonesKeepsTheQuotaUsed(t *testing.T) {
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		t.Skipf("no time zone database: %v", err)
+	}
+	utcDay := tollgate.Plan{Name: "utc", Limit: tollgate.Limit{Rate: 100, Burst: 100}, Policies: []tollgate.Policy{{Quota: perDay(200)}}}
+	tokyoDay := tollgate.Plan{Name: "tokyo", Limit: tollgate.Limit{Rate: 100, Burst: 100},
+		Policies: []tollgate.Policy{{Quota: tollgate.Quota{Tokens: 200, Period: tollgate.Daily, Location: tokyo}}}}
+	resolver, err := tollgate.NewStaticResolver([]tollgate.Plan{utcDay, tokyoDay}, "utc", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, clock := newModelLimiter(t, resolver)
+	clock.Advance(10 * time.Hour) // 10:00 UTC, 19:00 in Tokyo
+	ctx := context.Background()
+	allowed := 0
+	for i := 0; i < 300; i++ {
+		clock.Advance(10 * time.Millisecond)
+		if d, _ := l.Take(ctx, tollgate.Request{Tenant: "t"}); d.Allowed {
+			allowed++
+		}
+	}
+	resolver.Assign("t", "tokyo")
+	for i := 0; i < 300; i++ {
+		clock.Advance(10 * time.Millisecond)
+		if d, _ := l.Take(ctx, tollgate.Request{Tenant: "t"}); d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 200 {
+		t.Fatalf("%d requests allowed in one day across a change of time zone, want 200", allowed)
 	}
 }
 
-// takeOnly is a Store that applies a single token bucket: the Store it
-// holds, without its other methods.
-type takeOnly struct{ tollgate.Store }
+// TestResetClearsPoliciesOfAnOldPlan exhausts a budget under one plan, moves
+// the tenant to a plan without that budget, resets it, and moves it back:
+// the budget is full again.
+func TestResetClearsPoliciesOfAnOldPlan(t *testing.T) {
+	exports := tollgate.Plan{Name: "exports", Limit: tollgate.Limit{Rate: 100, Burst: 100},
+		Policies: []tollgate.Policy{{Budget: "reports", Limit: tollgate.Limit{Rate: 1.0 / 3600, Burst: 2}}}}
+	plain := tollgate.Plan{Name: "plain", Limit: tollgate.Limit{Rate: 100, Burst: 100}}
+	resolver, err := tollgate.NewStaticResolver([]tollgate.Plan{exports, plain}, "exports", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := newModelLimiter(t, resolver)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		l.Take(ctx, tollgate.Request{Tenant: "t", Budget: "reports"})
+	}
+	if d, _ := l.Take(ctx, tollgate.Request{Tenant: "t", Budget: "reports"}); d.Allowed {
+		t.Fatal("the budget of 2 allowed a 4th report")
+	}
+	resolver.Assign("t", "plain")
+	if err := l.Reset(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	resolver.Unassign("t")
+	if d, _ := l.Take(ctx, tollgate.Request{Tenant: "t", Budget: "reports"}); !d.Allowed || d.Results()[1].Remaining != 1 {
+		t.Fatalf("after Reset under another plan, the budget: %+v", d.Results())
+	}
+}

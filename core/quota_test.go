@@ -1,12 +1,14 @@
 package tollgate_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/storetest"
 )
 
 func TestQuotaBounds(t *testing.T) {
@@ -28,11 +30,11 @@ func TestQuotaBounds(t *testing.T) {
 		at         string
 		start, end string
 	}{
-		{"daily, mid-day", tollgate.PerDay(10), "2026-11-30T13:45:00Z", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"},
-		{"daily, first instant", tollgate.PerDay(10), "2026-11-30T00:00:00Z", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"},
-		{"daily, last microsecond", tollgate.PerDay(10), "2026-11-30T23:59:59.999999Z", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"},
-		{"daily, year end", tollgate.PerDay(10), "2026-12-31T23:00:00Z", "2026-12-31T00:00:00Z", "2027-01-01T00:00:00Z"},
-		{"monthly", tollgate.PerMonth(10), "2026-02-14T10:00:00Z", "2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z"},
+		{"daily, mid-day", perDay(10), "2026-11-30T13:45:00Z", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"},
+		{"daily, first instant", perDay(10), "2026-11-30T00:00:00Z", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"},
+		{"daily, last microsecond", perDay(10), "2026-11-30T23:59:59.999999Z", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"},
+		{"daily, year end", perDay(10), "2026-12-31T23:00:00Z", "2026-12-31T00:00:00Z", "2027-01-01T00:00:00Z"},
+		{"monthly", tollgate.Quota{Tokens: 10, Period: tollgate.Monthly}, "2026-02-14T10:00:00Z", "2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z"},
 		{"monthly, anchor 15, before it", tollgate.Quota{Tokens: 1, Period: tollgate.Monthly, AnchorDay: 15}, "2026-01-14T23:59:59Z", "2025-12-15T00:00:00Z", "2026-01-15T00:00:00Z"},
 		{"monthly, anchor 15, on it", tollgate.Quota{Tokens: 1, Period: tollgate.Monthly, AnchorDay: 15}, "2026-01-15T00:00:00Z", "2026-01-15T00:00:00Z", "2026-02-15T00:00:00Z"},
 		// Paris springs forward on 2026-03-29: that day is 23 hours long.
@@ -70,10 +72,41 @@ func TestQuotaValidate(t *testing.T) {
 			t.Errorf("%+v: Validate() = %v, want an ErrInvalidLimit naming %s", c.q, err, c.field)
 		}
 	}
-	if err := tollgate.PerMonth(5e6).Validate(); err != nil {
-		t.Errorf("PerMonth(5e6): %v", err)
+	if err := (tollgate.Quota{Tokens: 5e6, Period: tollgate.Monthly}).Validate(); err != nil {
+		t.Errorf("5e6 a month: %v", err)
 	}
-	if err := tollgate.PerDay(30).CheckCost(31); !errors.Is(err, tollgate.ErrCostExceedsBurst) {
-		t.Errorf("CheckCost above Tokens: %v", err)
+}
+
+func perDay(n int64) tollgate.Quota { return tollgate.Quota{Tokens: n, Period: tollgate.Daily} }
+
+func TestQuotasCompareLocationsByName(t *testing.T) {
+	a, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Skipf("no time zone database: %v", err)
+	}
+	b, _ := time.LoadLocation("Europe/Paris")
+	if a == b {
+		t.Skip("the time zone database returned the same *Location twice")
+	}
+	plan := func(loc *time.Location) tollgate.Plan {
+		return tollgate.Plan{Name: "paris", Limit: tollgate.Limit{Rate: 1, Burst: 1},
+			Policies: []tollgate.Policy{{Quota: tollgate.Quota{Tokens: 5, Period: tollgate.Daily, Location: loc}}}}
+	}
+	n := 0
+	l, err := tollgate.New(storetest.NewModelStore(time.Now), tollgate.PlanResolverFunc(func(context.Context, string) (tollgate.Plan, error) {
+		n++
+		loc, _ := time.LoadLocation("Europe/Paris") // a new *Location each call
+		return plan(loc), nil
+	}), tollgate.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if _, err := l.Take(context.Background(), tollgate.Request{Tenant: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := tollgate.CachedPlans(l); got != 1 {
+		t.Errorf("%d plans compiled for 10 lookups of one plan, want 1: plans must compare time zones by name", got)
 	}
 }

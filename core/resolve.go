@@ -251,16 +251,21 @@ func (g *flightGroup) start(ctx context.Context, tenant string, wait, abandon ti
 }
 
 func (g *flightGroup) run(ctx context.Context, tenant string, f *flight, wait, abandon time.Duration) {
-	expire := time.AfterFunc(wait, func() { close(f.expired) })
-	defer expire.Stop()
+	if wait < abandon {
+		expire := time.AfterFunc(wait, func() { close(f.expired) })
+		defer expire.Stop()
+	}
 	ctx, cancel := context.WithTimeout(ctx, abandon)
 	defer cancel()
-	overrun := time.AfterFunc(abandon, func() {
+	stop := context.AfterFunc(ctx, func() {
+		if ctx.Err() != context.DeadlineExceeded {
+			return // the lookup returned first
+		}
 		f.settle(Plan{}, fmt.Errorf("%w (within %v)", errResolverTimeout, abandon), func() { g.stuck.Add(1) })
 		g.end(tenant, f)
 	})
 	p, err := safeResolve(ctx, g.resolve, tenant)
-	overrun.Stop()
+	stop()
 	if !f.settle(p, err, nil) {
 		g.stuck.Add(-1) // it was abandoned, and counted, before it returned
 		return
