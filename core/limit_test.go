@@ -39,4 +39,3 @@ func TestLimitValidateNamesTheField(t *testing.T) {
 		}
 	}
 }
-

@@ -391,4 +391,6 @@ func TestMistakesFailEarly(t *testing.T) {
 	}
 }
 
-func errorsIs(err, target error) bool { return err != nil && strings.Contains(err.Error(), target.Error()) }
+func errorsIs(err, target error) bool {
+	return err != nil && strings.Contains(err.Error(), target.Error())
+}
