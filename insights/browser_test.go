@@ -71,7 +71,7 @@ func TestInsightsPageInChromium(t *testing.T) {
 	// the last hours.
 	for h := range 24 {
 		c.set(start.Add(time.Duration(h)*time.Hour + 7*time.Minute))
-		l := newLimiter(t, tr)
+		l := newLimiter(t, c, tr)
 		flood(t, l, "initech", "GET /api/hello", 1, 100+(h%5)*9)
 		if h == 9 || h == 15 {
 			flood(t, l, "globex", "POST /api/reports", 10, 55)
@@ -86,7 +86,7 @@ func TestInsightsPageInChromium(t *testing.T) {
 
 	// The scripted flood, through HTTP, in the current hour.
 	c.set(monday)
-	l := newLimiter(t, tr)
+	l := newLimiter(t, c, tr)
 	const token = "s3cret"
 	mux := http.NewServeMux()
 	mux.Handle("GET /api/hello", tollgatehttp.Middleware(l)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

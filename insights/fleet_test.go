@@ -63,7 +63,7 @@ func TestTwoReplicasShowTheSameCandidates(t *testing.T) {
 	// background one is an hour away.
 	a := newTracker(t, c, insights.WithExchange(x, "replica-a"), insights.WithFlushInterval(time.Hour))
 	b := newTracker(t, c, insights.WithExchange(x, "replica-b"), insights.WithFlushInterval(time.Hour))
-	la, lb := newLimiter(t, a), newLimiter(t, b)
+	la, lb := newLimiter(t, c, a), newLimiter(t, c, b)
 
 	flood(t, lb, "initech", "/api/hello", 1, 104) // b: startup, 4 over its burst
 	flood(t, la, "acme", "/api/hello", 1, 50)     // a: enterprise, well within
@@ -136,7 +136,7 @@ func TestFinishedBucketsAreReadOnce(t *testing.T) {
 	c := newClock(monday)
 	a := newTracker(t, c, insights.WithExchange(cx, "a"), insights.WithFlushInterval(time.Minute))
 	b := newTracker(t, c, insights.WithExchange(x, "b"), insights.WithFlushInterval(time.Minute))
-	la, lb := newLimiter(t, a), newLimiter(t, b)
+	la, lb := newLimiter(t, c, a), newLimiter(t, c, b)
 	for range 24 {
 		flood(t, la, "loopy", "/api/hello", 1, 30)
 		flood(t, lb, "initech", "/api/hello", 1, 110)
@@ -169,9 +169,9 @@ func TestFleetReadFallsBackToTheReplica(t *testing.T) {
 	}
 	c := newClock(monday)
 	tr := newTracker(t, c, insights.WithExchange(x, "lonely"), insights.WithFlushInterval(time.Hour))
-	flood(t, newLimiter(t, tr), "loopy", "/api/hello", 1, 50)
+	flood(t, newLimiter(t, c, tr), "loopy", "/api/hello", 1, 50)
 	rep := candidates(t, tr, insights.LastHour)
-	if rep.Fleet || !strings.Contains(rep.FleetError, "publishing") || len(rep.Candidates) != 1 || rep.Candidates[0].Tenant != "loopy" {
+	if rep.Fleet || rep.Stale || !strings.Contains(rep.FleetError, "reading the exchange") || len(rep.Candidates) != 1 || rep.Candidates[0].Tenant != "loopy" {
 		t.Fatalf("with Redis down: %+v", rep)
 	}
 }
@@ -180,7 +180,7 @@ func TestAReplicaOfAnotherVersionIsLeftOut(t *testing.T) {
 	x, client, prefix := newExchange(t)
 	c := newClock(monday)
 	a := newTracker(t, c, insights.WithExchange(x, "a"), insights.WithFlushInterval(time.Hour))
-	flood(t, newLimiter(t, a), "loopy", "/api/hello", 1, 50)
+	flood(t, newLimiter(t, c, a), "loopy", "/api/hello", 1, 50)
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,8 @@ const MaxCandidates = 200
 // ?format=json or an Accept header asking for application/json, as the
 // JSON of a Report. Query parameters: window ("1h", "24h" (default) or
 // "7d") and n (candidates to list, 1 to MaxCandidates, default
-// DefaultCandidates). It answers GET and HEAD only.
+// DefaultCandidates). It answers GET and HEAD only, within about a second
+// whatever the Exchange does (see Candidates).
 //
 // The page names tenants and their traffic: mount it behind the
 // application's own authentication. Nothing is served unless the
@@ -35,10 +36,11 @@ type handler struct{ t *Tracker }
 var pageSource string
 
 var page = template.Must(template.New("page").Funcs(template.FuncMap{
-	"num":     formatCount,
-	"percent": func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
-	"when":    func(t time.Time) string { return t.Format("Jan 2 15:04 UTC") },
-	"iso":     func(t time.Time) string { return t.Format(time.RFC3339) },
+	"num":         formatCount,
+	"percent":     func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
+	"when":        func(t time.Time) string { return t.Format("Jan 2 15:04 UTC") },
+	"whenExactly": func(t time.Time) string { return t.Format("Jan 2 15:04:05 UTC") },
+	"iso":         func(t time.Time) string { return t.Format(time.RFC3339) },
 	// net/http's patterns carry their method already ("GET /api/hello").
 	"routeLabel": func(method, route string) string {
 		if method == "" || strings.HasPrefix(route, method+" ") {

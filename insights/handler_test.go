@@ -1,7 +1,6 @@
 package insights_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/insights"
 )
 
@@ -38,7 +36,7 @@ func get(t *testing.T, url string, header ...string) (*http.Response, string) {
 func TestHandlerServesJSONAndHTML(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c)
-	l := newLimiter(t, tr)
+	l := newLimiter(t, c, tr)
 	flood(t, l, "loopy", "/api/hello", 1, 100)
 	flood(t, l, "initech", "/api/hello", 1, 110)
 	srv := httptest.NewServer(tr.Handler())
@@ -119,7 +117,7 @@ func TestHandlerEscapesTenants(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c)
 	evil := `"><script>alert(1)</script>`
-	tr.Observe(context.Background(), tollgate.Observation{Tenant: evil, Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1,
+	insights.Record(tr, insights.Event{Tenant: evil, Plan: "free", Outcome: "denied", Cost: 1,
 		Method: "GET", Route: `/x"><img src=x>`})
 	srv := httptest.NewServer(tr.Handler())
 	defer srv.Close()
@@ -137,8 +135,9 @@ func TestLongNamesStayPublishable(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c, insights.WithExchange(x, "a"), insights.WithFlushInterval(time.Hour))
 	long := strings.Repeat("é", 3000)
-	tr.Observe(context.Background(), tollgate.Observation{Tenant: "t", Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1, Method: long, Route: long})
-	tr.Observe(context.Background(), tollgate.Observation{Tenant: strings.Repeat("x", tollgate.MaxTenantLength+1), Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1})
+	insights.Record(tr, insights.Event{Tenant: "t", Plan: "free", Outcome: "denied", Cost: 1, Method: long, Route: long})
+	// Longer than any tenant a Limiter accepts, and than a summary carries.
+	insights.Record(tr, insights.Event{Tenant: strings.Repeat("x", 1025), Plan: "free", Outcome: "denied", Cost: 1})
 	rep := candidates(t, tr, insights.LastHour)
 	if !rep.Fleet || len(rep.Candidates) != 1 {
 		t.Fatalf("%+v", rep)
@@ -151,7 +150,7 @@ func TestLongNamesStayPublishable(t *testing.T) {
 func TestHandlerEmptyWindow(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c)
-	tr.Observe(context.Background(), tollgate.Observation{Tenant: "old", Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1})
+	insights.Record(tr, insights.Event{Tenant: "old", Plan: "free", Outcome: "denied", Cost: 1})
 	c.add(3 * time.Hour)
 	srv := httptest.NewServer(tr.Handler())
 	defer srv.Close()

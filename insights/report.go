@@ -3,7 +3,11 @@ package insights
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 )
@@ -66,8 +70,13 @@ type Report struct {
 	// this process's own.
 	Fleet    bool     `json:"fleet"`
 	Replicas []string `json:"replicas,omitempty"`
-	// FleetError says why a Tracker with an Exchange reports its own
-	// candidates only.
+	// Stale reports that the Exchange did not answer this report in time:
+	// the other replicas' counts are those it gave at FleetAsOf, this
+	// replica's are current.
+	Stale     bool      `json:"stale,omitempty"`
+	FleetAsOf time.Time `json:"fleet_as_of,omitzero"`
+	// FleetError says why a Tracker with an Exchange reports stale counts,
+	// or its own candidates only.
 	FleetError string `json:"fleet_error,omitempty"`
 
 	K         int     `json:"k"`          // tenants kept per bucket
@@ -81,6 +90,14 @@ type Report struct {
 }
 
 // A Candidate is a tenant that hit its limits in the window.
+//
+// Its names (tenant, plan, methods and routes) are shown as they are,
+// unless one holds invalid UTF-8 or a character that is not graphic (a
+// bidirectional control such as U+202E, a zero-width space), or starts
+// with a double quote: then it is quoted as Go quotes it
+// (strconv.QuoteToGraphic), `"tenant-\xff"`, so that the page shows what
+// the ID is, not what it makes a browser draw, and distinct tenants stay
+// distinct.
 type Candidate struct {
 	Tenant string `json:"tenant"`
 	Plan   string `json:"plan"` // the plan of its latest request
@@ -143,9 +160,12 @@ type Point struct {
 const DefaultCandidates = 20
 
 // Candidates reports the at most n heaviest candidates of window w (n <= 0
-// means DefaultCandidates): those of the whole fleet with an Exchange, or,
-// if the exchange fails, this replica's own, with the error in
-// Report.FleetError. It errs only on an unknown window.
+// means DefaultCandidates): those of the whole fleet with an Exchange. It
+// waits for the Exchange at most a second: then, or if the Exchange fails,
+// it reports the other replicas' counts of the Exchange's last answer with
+// this replica's current ones, marked Stale, or this replica's own if the
+// Exchange never answered, with the error in Report.FleetError. It errs
+// only on an unknown window.
 func (t *Tracker) Candidates(ctx context.Context, w Window, n int) (Report, error) {
 	i := w.tier()
 	if i < 0 {
@@ -161,19 +181,16 @@ func (t *Tracker) Candidates(ctx context.Context, w Window, n int) (Report, erro
 	first := last - int64(tiers[i].keep)*width
 	rep := Report{Window: w, From: time.Unix(first, 0).UTC(), To: now.UTC(), Step: width, K: t.k, NearLimit: t.nearLimit}
 
-	var slots []*frozen
+	slots := t.localSlots(i, first, last)
 	if t.exchange != nil {
-		var err error
-		slots, rep.Replicas, err = t.fleetSlots(ctx, i, first, last, now)
-		if err != nil {
-			rep.FleetError = err.Error()
-			slots, rep.Replicas = nil, nil
-		} else {
-			rep.Fleet = true
+		read := t.fleetSlots(ctx, i, first, last, now, slots)
+		if read.slots != nil {
+			slots, rep.Fleet, rep.Replicas = read.slots, true, read.replicas
+			rep.Stale, rep.FleetAsOf = read.stale, read.asOf.UTC()
 		}
-	}
-	if slots == nil {
-		slots = t.localSlots(i, first, last)
+		if read.err != nil {
+			rep.FleetError = read.err.Error()
+		}
 	}
 	whole := merge(slots, t.k, first, last+width-first, overTime)
 	rep.ThrottledTokens = whole.total
@@ -199,8 +216,8 @@ func (t *Tracker) Candidates(ctx context.Context, w Window, n int) (Report, erro
 
 func (t *Tracker) candidate(r *record, first, width int64, points int) Candidate {
 	c := Candidate{
-		Tenant:              r.tenant,
-		Plan:                r.plan,
+		Tenant:              shown(r.tenant),
+		Plan:                shown(r.plan),
 		ThrottledTokens:     r.weight,
 		Overcount:           r.overcount,
 		Requests:            r.requests,
@@ -218,7 +235,7 @@ func (t *Tracker) candidate(r *record, first, width int64, points int) Candidate
 		c.ThrottledShare = float64(r.throttled) / float64(r.requests)
 	}
 	for i, rt := range r.routes {
-		c.Routes[i] = RouteCount{Method: rt.method, Route: rt.route, Throttled: rt.throttled}
+		c.Routes[i] = RouteCount{Method: shown(rt.method), Route: shown(rt.route), Throttled: rt.throttled}
 	}
 	for i := range c.Series {
 		c.Series[i].Start = time.Unix(first+int64(i)*width, 0).UTC()
@@ -261,6 +278,22 @@ func (t *Tracker) suggest(r *record) int {
 func holds(p tollgate.Plan, perSecond, perMinute int64) bool {
 	b, r := float64(p.Limit.Burst), p.Limit.Rate
 	return b+r >= float64(perSecond) && b+60*r >= float64(perMinute)
+}
+
+// shown returns a name as a Candidate shows it: as it is, or quoted if it
+// holds invalid UTF-8 or a rune that is not graphic, or starts with a
+// double quote, which a name shown as it is never does. So no two names
+// are shown alike.
+func shown(s string) string {
+	if strings.HasPrefix(s, `"`) {
+		return strconv.QuoteToGraphic(s)
+	}
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsGraphic(r) {
+			return strconv.QuoteToGraphic(s)
+		}
+	}
+	return s
 }
 
 // truncate shortens s for an error message.

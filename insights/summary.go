@@ -2,6 +2,7 @@ package insights
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"unicode/utf8"
 )
@@ -154,8 +155,19 @@ func (s *summary) admit(tenant string, now int64) *entry {
 
 // addWeight adds w to e's weight and restores the heap.
 func (s *summary) addWeight(e *entry, w int64) {
-	e.weight += w
+	e.weight = addCount(e.weight, w)
 	s.down(int(e.heapAt))
+}
+
+// addCount returns a+b for counts, which are never negative, or the largest
+// int64 if the sum would overflow: costs run to the largest burst a plan may
+// have, and a summary read from the exchange may hold anything, so a sum
+// must stop at the top rather than wrap to a negative count.
+func addCount(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // down moves the heap element at position p towards the leaves until its
@@ -197,8 +209,8 @@ func (e *entry) meter(now, cost int64) {
 	if m := now / 60e9; m != e.minute {
 		e.minute, e.minuteTokens = m, 0
 	}
-	e.secondTokens += cost
-	e.minuteTokens += cost
+	e.secondTokens = addCount(e.secondTokens, cost)
+	e.minuteTokens = addCount(e.minuteTokens, cost)
 	e.peakSecond = max(e.peakSecond, e.secondTokens)
 	e.peakMinute = max(e.peakMinute, e.minuteTokens)
 }
@@ -228,7 +240,7 @@ func (e *entry) addRoute(method, path string) {
 	for i := 0; i < e.nroutes; i++ {
 		r := &e.routes[i]
 		if r.route == path && r.method == method {
-			r.throttled++
+			r.throttled = addCount(r.throttled, 1)
 			return
 		}
 		if r.throttled < e.routes[least].throttled {
@@ -240,7 +252,7 @@ func (e *entry) addRoute(method, path string) {
 		e.nroutes++
 		return
 	}
-	e.routes[least] = route{method: method, route: path, throttled: e.routes[least].throttled + 1}
+	e.routes[least] = route{method: method, route: path, throttled: addCount(e.routes[least].throttled, 1)}
 }
 
 // A frozen is the summary of a closed bucket, or a merge of several: at most
@@ -332,8 +344,8 @@ func merge(parts []*frozen, k int, start, width int64, mode mergeMode) *frozen {
 		if p == nil {
 			continue
 		}
-		floors += p.floor
-		out.total += p.total
+		floors = addCount(floors, p.floor)
+		out.total = addCount(out.total, p.total)
 		for i := range p.records {
 			r := &p.records[i]
 			j, ok := at[r.tenant]
@@ -343,14 +355,14 @@ func merge(parts []*frozen, k int, start, width int64, mode mergeMode) *frozen {
 				present = append(present, p.floor)
 				continue
 			}
-			present[j] += p.floor
+			present[j] = addCount(present[j], p.floor)
 			combine(&recs[j], r, mode)
 		}
 	}
 	for j := range recs {
-		missing := floors - present[j]
-		recs[j].weight += missing
-		recs[j].overcount += missing
+		missing := floors - present[j] // >= 0: present[j] sums some of floors' parts
+		recs[j].weight = addCount(recs[j].weight, missing)
+		recs[j].overcount = addCount(recs[j].overcount, missing)
 	}
 	sortRecords(recs)
 	out.floor = floors
@@ -381,16 +393,16 @@ func combine(a, r *record, mode mergeMode) {
 		a.plan = r.plan
 	}
 	t, u := &a.tally, &r.tally
-	t.weight += u.weight
-	t.overcount += u.overcount
-	t.throttled += u.throttled
-	t.throttledTokens += u.throttledTokens
-	t.shadow += u.shadow
-	t.near += u.near
-	t.requests += u.requests
+	t.weight = addCount(t.weight, u.weight)
+	t.overcount = addCount(t.overcount, u.overcount)
+	t.throttled = addCount(t.throttled, u.throttled)
+	t.throttledTokens = addCount(t.throttledTokens, u.throttledTokens)
+	t.shadow = addCount(t.shadow, u.shadow)
+	t.near = addCount(t.near, u.near)
+	t.requests = addCount(t.requests, u.requests)
 	if mode == acrossReplicas {
-		t.peakSecond += u.peakSecond
-		t.peakMinute += u.peakMinute
+		t.peakSecond = addCount(t.peakSecond, u.peakSecond)
+		t.peakMinute = addCount(t.peakMinute, u.peakMinute)
 	} else {
 		t.peakSecond = max(t.peakSecond, u.peakSecond)
 		t.peakMinute = max(t.peakMinute, u.peakMinute)
@@ -413,7 +425,7 @@ next:
 	for _, r := range b {
 		for i := range out {
 			if out[i].route == r.route && out[i].method == r.method {
-				out[i].throttled += r.throttled
+				out[i].throttled = addCount(out[i].throttled, r.throttled)
 				continue next
 			}
 		}

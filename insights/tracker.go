@@ -63,7 +63,10 @@ type tierState struct {
 //
 // With WithExchange, replicas publish their summaries to a shared store
 // (such as Redis, see the redisexchange package) and every replica reports
-// the same fleet-wide candidates.
+// the same fleet-wide candidates. Neither counting a decision nor a report
+// ever waits on that store for long: a report that the store does not
+// answer within a second gives the fleet's counts of its last answer,
+// marked stale.
 //
 // Build one with New; the zero Tracker is not usable. A Tracker is safe for
 // concurrent use.
@@ -76,7 +79,8 @@ type Tracker struct {
 	testClock bool // now is a test's clock, which wins over decision times
 
 	exchange   Exchange
-	replica    string
+	replica    string // the name WithExchange gave
+	process    string // replica and this process's incarnation: its field in the exchange
 	flushEvery time.Duration
 
 	// mu guards the open bucket, which every decision writes to, and what
@@ -93,7 +97,9 @@ type Tracker struct {
 	tiers     [len(tiers)]tierState
 
 	fleet     fleetCache
-	flushMu   sync.Mutex // one publication at a time
+	pubMu     sync.Mutex   // guards pub and closed
+	pub       *publication // the publication in progress, if any
+	closed    bool
 	stop      chan struct{}
 	stopped   chan struct{}
 	closeOnce sync.Once
@@ -180,11 +186,30 @@ func New(opts ...Option) (*Tracker, error) {
 const noBucket = -1 << 62
 
 // Observe counts one decision. It implements tollgate.Observer: it takes one
-// lock and allocates nothing; it keeps the tenant's and the route's strings
-// of the tenants it tracks (tollgate's adapters hand over copies).
-func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
-	if o.Tenant == "" || len(o.Tenant) > tollgate.MaxTenantLength || o.Outcome == 0 || o.Outcome == tollgate.OutcomeRejected {
-		return // never decided (a Limiter refuses such tenants): nothing to count
+// lock, never waits on the Exchange, and allocates nothing; it keeps the
+// tenant's and the route's strings of the tenants it tracks (tollgate's
+// adapters hand over copies).
+func (t *Tracker) Observe(_ context.Context, d *tollgate.Decision) {
+	t.record(&observed{Tenant: d.Tenant, Plan: d.Plan, Policy: d.Policy, Method: d.Method, Route: d.Route,
+		Outcome: d.Outcome(), Cost: d.Cost, Remaining: d.Remaining, Capacity: d.Capacity(), Time: d.Time})
+}
+
+// observed is what a Tracker counts of a decision.
+type observed struct {
+	Tenant, Plan, Policy, Method, Route string
+	Outcome                             string // as tollgate.Decision.Outcome names it
+	Cost, Remaining, Capacity           int64
+	Time                                time.Time
+}
+
+func (t *Tracker) record(o *observed) {
+	switch o.Outcome {
+	case "allowed", "delayed", "denied", "shadow_denied", "failed_open", "failed_closed":
+	default:
+		return // never decided (a Limiter refuses such requests): nothing to count
+	}
+	if o.Tenant == "" || len(o.Tenant) > maxCodecString {
+		return // no Limiter decides on such a tenant, and no summary could carry it
 	}
 	var now int64
 	if t.testClock || o.Time.IsZero() {
@@ -192,15 +217,15 @@ func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
 	} else {
 		now = o.Time.UnixNano()
 	}
-	throttled := o.Outcome == tollgate.OutcomeDenied || o.Outcome == tollgate.OutcomeShadowDenied
+	throttled := o.Outcome == "denied" || o.Outcome == "shadow_denied"
 	cost := max(o.Cost, 1)
 
 	near := !throttled && o.Capacity > 0 && float64(o.Remaining) <= t.nearLimit*float64(o.Capacity) &&
-		(o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed)
+		(o.Outcome == "allowed" || o.Outcome == "delayed")
 
 	t.mu.Lock()
 	rotated := now >= t.openEnd && t.rotate(now)
-	t.count(&o, now, cost, throttled, near)
+	t.count(o, now, cost, throttled, near)
 	t.mu.Unlock()
 	if rotated {
 		go t.settle() // not on this request's time
@@ -208,7 +233,7 @@ func (t *Tracker) Observe(_ context.Context, o tollgate.Observation) {
 }
 
 // count counts o in the open bucket. t.mu must be held.
-func (t *Tracker) count(o *tollgate.Observation, now, cost int64, throttled, near bool) {
+func (t *Tracker) count(o *observed, now, cost int64, throttled, near bool) {
 	s := t.open
 	e := s.lookup(o.Tenant)
 	if e == nil {
@@ -228,21 +253,21 @@ func (t *Tracker) count(o *tollgate.Observation, now, cost int64, throttled, nea
 		e.plan = o.Plan
 	}
 	e.last = now
-	e.requests++
+	e.requests = addCount(e.requests, 1)
 	e.meter(now, cost)
 	t.replay(e, now, cost)
 	switch {
 	case throttled:
-		s.total += cost
-		e.throttled++
-		e.throttledTokens += cost
-		if o.Outcome == tollgate.OutcomeShadowDenied {
-			e.shadow++
+		s.total = addCount(s.total, cost)
+		e.throttled = addCount(e.throttled, 1)
+		e.throttledTokens = addCount(e.throttledTokens, cost)
+		if o.Outcome == "shadow_denied" {
+			e.shadow = addCount(e.shadow, 1)
 		}
 		e.addRoute(o.Method, o.Route)
 		s.addWeight(e, cost)
 	case near:
-		e.near++
+		e.near = addCount(e.near, 1)
 	}
 }
 
@@ -260,7 +285,7 @@ type virtualBucket struct {
 // left. When the request was denied by another policy than the plan's
 // bucket (a quota, a budget), the bucket's state is unknown and it starts
 // full.
-func (t *Tracker) startReplay(e *entry, o *tollgate.Observation, now int64) {
+func (t *Tracker) startReplay(e *entry, o *observed, now int64) {
 	var used int64
 	if o.Policy == o.Plan && o.Capacity > 0 {
 		used = max(o.Capacity-o.Remaining, 0)
@@ -271,16 +296,19 @@ func (t *Tracker) startReplay(e *entry, o *tollgate.Observation, now int64) {
 }
 
 // replay takes cost tokens at now from each plan's bucket of e, and notes
-// the plans that would have denied the request.
+// the plans that would have denied the request. The arithmetic is in
+// floating point until a request is known to fit, so that a cost near the
+// largest burst cannot overflow the arrival time.
 func (t *Tracker) replay(e *entry, now, cost int64) {
 	for i := range t.virtual {
 		v := &t.virtual[i]
-		next := max(e.tats[i], now) + int64(float64(cost)*v.interval)
-		if next-now > v.window {
+		ahead := max(e.tats[i], now) - now // at most v.window
+		need := float64(cost) * v.interval
+		if float64(ahead)+need > float64(v.window) {
 			e.vdenied |= 1 << i
 			continue
 		}
-		e.tats[i] = next
+		e.tats[i] = now + ahead + int64(need)
 	}
 }
 

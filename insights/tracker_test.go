@@ -11,7 +11,7 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storetest"
 	"github.com/tollgate-go/tollgate/insights"
 )
 
@@ -44,8 +44,8 @@ func newTracker(t *testing.T, c *clock, opts ...insights.Option) *insights.Track
 
 // newLimiter returns a Limiter on the default plans (acme enterprise,
 // globex growth, initech startup, anyone else free) that tells tr of its
-// decisions.
-func newLimiter(t *testing.T, tr *insights.Tracker, opts ...tollgate.Option) *tollgate.Limiter {
+// decisions, its store on the clock c.
+func newLimiter(t *testing.T, c *clock, tr *insights.Tracker, opts ...tollgate.Option) *tollgate.Limiter {
 	t.Helper()
 	plans, err := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free",
 		map[string]string{"acme": "enterprise", "globex": "growth", "initech": "startup"})
@@ -53,12 +53,16 @@ func newLimiter(t *testing.T, tr *insights.Tracker, opts ...tollgate.Option) *to
 		t.Fatal(err)
 	}
 	opts = append([]tollgate.Option{tollgate.WithObserver(tr), tollgate.WithLogger(nil)}, opts...)
-	l, err := tollgate.New(memory.New(), plans, opts...)
+	l, err := tollgate.New(newModelStore(c), plans, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
+
+// newModelStore returns the reference store on the clock c: the memory
+// store's decisions, made slowly.
+func newModelStore(c *clock) *storetest.ModelStore { return storetest.NewModelStore(c.now) }
 
 // tally is what the test itself saw of a flood.
 type tally struct{ allowed, throttled, shadow int64 }
@@ -100,7 +104,7 @@ func candidates(t *testing.T, tr *insights.Tracker, w insights.Window) insights.
 func TestAFloodingTenantComesFirst(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c)
-	l := newLimiter(t, tr)
+	l := newLimiter(t, c, tr)
 
 	flood(t, l, "initech", "/api/hello", 1, 105) // startup: burst 100, a few throttled
 	loopy := flood(t, l, "loopy", "/api/hello", 1, 300)
@@ -160,7 +164,7 @@ func TestWindowsHoldTheirBuckets(t *testing.T) {
 	tr := newTracker(t, c)
 	deny := func(tenant string, n int) {
 		for range n {
-			tr.Observe(context.Background(), tollgate.Observation{Tenant: tenant, Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1, Route: "/x"})
+			insights.Record(tr, insights.Event{Tenant: tenant, Plan: "free", Outcome: "denied", Cost: 1, Route: "/x"})
 		}
 	}
 	deny("lastweek", 50) // Monday 09:00
@@ -223,7 +227,7 @@ func TestWindowsHoldTheirBuckets(t *testing.T) {
 func TestNearLimitAndShadow(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c)
-	l := newLimiter(t, tr, tollgate.WithShadow("free"))
+	l := newLimiter(t, c, tr, tollgate.WithShadow("free"))
 
 	// Shadow mode: nothing is denied, but the tracker sees the throttles.
 	got := flood(t, l, "loopy", "/api/hello", 1, 60)
@@ -254,18 +258,18 @@ func TestNearLimitAndShadow(t *testing.T) {
 
 	// Near-limit requests count for a tracked tenant: deny once, then allow
 	// with little left.
-	obs := func(outcome tollgate.Outcome, remaining int64) {
-		tr.Observe(context.Background(), tollgate.Observation{Tenant: "edge", Plan: "growth", Outcome: outcome, Cost: 1, Remaining: remaining, Capacity: 500})
+	obs := func(outcome string, remaining int64) {
+		insights.Record(tr, insights.Event{Tenant: "edge", Plan: "growth", Outcome: outcome, Cost: 1, Remaining: remaining, Capacity: 500})
 	}
-	obs(tollgate.OutcomeAllowed, 1) // not tracked yet: counted in the sketches
-	obs(tollgate.OutcomeAllowed, 499)
-	obs(tollgate.OutcomeDenied, 0)
-	obs(tollgate.OutcomeAllowed, 50) // 10 %: near
-	obs(tollgate.OutcomeDelayed, 10)
-	obs(tollgate.OutcomeAllowed, 51)     // above 10 %
-	obs(tollgate.OutcomeFailedOpen, 0)   // no figures: a request, not near
-	obs(tollgate.OutcomeRejected, 0)     // never decided: not counted
-	obs(tollgate.OutcomeFailedClosed, 0) // a request
+	obs("allowed", 1) // not tracked yet: counted in the sketches
+	obs("allowed", 499)
+	obs("denied", 0)
+	obs("allowed", 50) // 10 %: near
+	obs("delayed", 10)
+	obs("allowed", 51)      // above 10 %
+	obs("failed_open", 0)   // no figures: a request, not near
+	obs("rejected", 0)      // never decided: not counted
+	obs("failed_closed", 0) // a request
 	found := false
 	for _, c := range candidates(t, tr, insights.LastHour).Candidates {
 		found = found || c.Tenant == "edge"
@@ -291,13 +295,12 @@ func TestMillionTenantsStayUnderK(t *testing.T) {
 	}
 	c := newClock(monday)
 	tr := newTracker(t, c, insights.WithCapacity(k))
-	ctx := context.Background()
 	deny := func(n int, span time.Duration) {
 		step := span / time.Duration(n)
 		for i := range n {
-			tr.Observe(ctx, tollgate.Observation{Tenant: "tenant-" + strconv.Itoa(i), Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1})
+			insights.Record(tr, insights.Event{Tenant: "tenant-" + strconv.Itoa(i), Plan: "free", Outcome: "denied", Cost: 1})
 			if i%50 == 0 {
-				tr.Observe(ctx, tollgate.Observation{Tenant: "heavy", Plan: "free", Outcome: tollgate.OutcomeDenied, Cost: 1})
+				insights.Record(tr, insights.Event{Tenant: "heavy", Plan: "free", Outcome: "denied", Cost: 1})
 			}
 			c.add(step)
 		}
@@ -329,12 +332,14 @@ func TestObserveAllocatesNothing(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c)
 	ctx := context.Background()
-	throttled := tollgate.Observation{Tenant: "loopy", Plan: "free", Policy: "free", Outcome: tollgate.OutcomeDenied, Cost: 1,
-		Method: "GET", Route: "GET /api/hello", Capacity: 20}
-	allowed := tollgate.Observation{Tenant: "quiet", Plan: "free", Outcome: tollgate.OutcomeAllowed, Cost: 1, Remaining: 1, Capacity: 20}
-	tr.Observe(ctx, throttled) // loopy enters the summary
-	for name, o := range map[string]tollgate.Observation{"throttled, tracked": throttled, "allowed, not tracked": allowed} {
-		if n := testing.AllocsPerRun(1000, func() { tr.Observe(ctx, o) }); n != 0 {
+	l := newLimiter(t, c, tr)
+	var throttled, allowed tollgate.Decision
+	for throttled.Outcome() != "denied" { // loopy enters the summary
+		throttled, _ = l.Take(ctx, tollgate.Request{Tenant: "loopy", Method: "GET", Route: "GET /api/hello"})
+	}
+	allowed, _ = l.Take(ctx, tollgate.Request{Tenant: "quiet", Route: "GET /api/hello"})
+	for name, d := range map[string]*tollgate.Decision{"throttled, tracked": &throttled, "allowed, not tracked": &allowed} {
+		if n := testing.AllocsPerRun(1000, func() { tr.Observe(ctx, d) }); n != 0 {
 			t.Errorf("%s: %v allocations per Observe", name, n)
 		}
 	}
@@ -343,7 +348,7 @@ func TestObserveAllocatesNothing(t *testing.T) {
 func TestConcurrentUse(t *testing.T) {
 	c := newClock(monday)
 	tr := newTracker(t, c, insights.WithCapacity(16))
-	l := newLimiter(t, tr)
+	l := newLimiter(t, c, tr)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {

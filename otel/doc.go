@@ -22,12 +22,11 @@
 //	tollgate.fallback.decisions   {decision}  counter    outcome
 //	tollgate.delay                s           histogram
 //	tollgate.label.overflow       {decision}  counter
-//	tollgate.store.keys           {key}       updowncounter  store
-//	tollgate.store.evictions      {key}       counter    store
-//	tollgate.store.drained_evictions  {key}   counter    store
+//	tollgate.store.tenants        {tenant}    updowncounter  store
+//	tollgate.store.evictions      {tenant}    counter    store
+//	tollgate.store.drained_evictions  {tenant}  counter  store
 //	tollgate.store.breaker.state  (none)      gauge      store, state
 //	tollgate.store.breaker.opens  {opening}   counter    store
-//	tollgate.store.denial_cache.answers  {decision}  counter  store
 //
 // No instrument has a tenant attribute, and a cardinality limit folds
 // (plan, policy, route) sets past it into the route "other"
@@ -35,9 +34,8 @@
 //
 // The counters are asynchronous: a decision adds to plain atomic counters,
 // without a lock or an allocation, and the MeterProvider reads them when it
-// collects. The two histograms are synchronous (OpenTelemetry has no
-// asynchronous histogram), so their cost per decision is the SDK's; a View
-// that drops tollgate.store.latency removes it.
+// collects. They are the counters of tollgateprom, the same code. The two
+// histograms are synchronous (OpenTelemetry has no asynchronous
+// histogram), so their cost per decision is the SDK's; a View that drops
+// tollgate.store.latency removes it.
 package tollgateotel
-
-//go:generate sh -c "rm -f internal/tally/histogram.go internal/tally/options.go internal/tally/stores.go internal/tally/tally.go && cp ../prometheus/internal/tally/histogram.go ../prometheus/internal/tally/options.go ../prometheus/internal/tally/stores.go ../prometheus/internal/tally/tally.go internal/tally/"

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
 	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
@@ -17,15 +17,18 @@ func BenchmarkObserve(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var obs []tollgate.Observation
+	l := tallytest.NewLimiter(b, tallytest.NewStore())
+	var ds []tollgate.Decision
 	for i := range 16 {
-		plan := fmt.Sprint("plan-", i%4)
-		obs = append(obs, tollgate.Observation{Plan: plan, Policy: plan, Route: fmt.Sprint("GET /api/route-", i/4),
-			Outcome: tollgate.OutcomeAllowed, Cost: 1, StoreLatency: 300 * time.Nanosecond})
+		d, err := l.Take(context.Background(), tollgate.Request{Tenant: fmt.Sprint("t", i), Route: fmt.Sprint("GET /api/route-", i/4)})
+		if err != nil || !d.Allowed {
+			b.Fatal(d.Outcome(), err)
+		}
+		ds = append(ds, d)
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		c.Observe(ctx, obs[i&15])
+		c.Observe(ctx, &ds[i&15])
 	}
 }

@@ -18,10 +18,9 @@
 //	tollgate_fallback_decisions_total{outcome}
 //	tollgate_delay_seconds (histogram)
 //	tollgate_label_overflow_total
-//	tollgate_store_keys{store}, tollgate_store_evictions_total{store},
+//	tollgate_store_tenants{store}, tollgate_store_evictions_total{store},
 //	tollgate_store_drained_evictions_total{store}
 //	tollgate_store_breaker_state{store, state}, tollgate_store_breaker_opens_total{store}
-//	tollgate_store_denial_cache_answers_total{store}
 //
 // No metric has a tenant label: a metrics system keeps a series per label
 // value, and tenants are unbounded. Routes are the router's patterns (the
@@ -30,5 +29,6 @@
 //
 // Counting a decision takes no lock and no allocation: the Collector keeps
 // plain atomic counters per label set, found through a lock-free table,
-// and turns them into metrics only when it is scraped.
+// and turns them into metrics only when it is scraped. Package
+// tollgateotel counts alike, with the same code, for OpenTelemetry.
 package tollgateprom

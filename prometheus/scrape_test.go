@@ -99,14 +99,18 @@ func TestScrapeOverHTTP(t *testing.T) {
 	if freeOK+freeDenied != 40 || freeDenied != float64(status[http.StatusTooManyRequests]) {
 		t.Errorf("free: %v allowed + %v denied, want 40 with %d denied", freeOK, freeDenied, status[http.StatusTooManyRequests])
 	}
-	expect(t, got, map[string]float64{
+	for k, want := range map[string]float64{
 		`tollgate_decisions_total{outcome="allowed",plan="enterprise",policy="enterprise",route="POST /reports"}`: 5,
 		`tollgate_tokens_spent_total{plan="enterprise",route="POST /reports"}`:                                    5,
 		`tollgate_tokens_spent_total{plan="free",route="GET /users/{id}"}`:                                        freeOK,
 		`tollgate_store_latency_seconds_count{}`:                                                                  45,
-		`tollgate_store_keys{store="main"}`:                                                                       2,
+		`tollgate_store_tenants{store="main"}`:                                                                    2,
 		`tollgate_store_evictions_total{store="main"}`:                                                            0,
-	})
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
 	// No tenant, as a label or a value, and no raw path.
 	for _, f := range list {
 		for _, m := range f.GetMetric() {

@@ -2,119 +2,109 @@ package tollgateprom_test
 
 import (
 	"context"
-	"sort"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/internal/tally"
+	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
 	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
-const hello, reports = "GET /api/hello", "POST /api/reports"
-
-// runMix makes a known mix of decisions through two Limiters observed by
-// obs: the second has a failing store and a fallback.
-func runMix(t *testing.T, obs tollgate.Observer) {
+func newCollector(t *testing.T, opts ...tollgateprom.Option) *tollgateprom.Collector {
 	t.Helper()
-	ctx := context.Background()
-	store := newModel()
-	l := newLimiter(t, store, tollgate.WithShadow("shadowed"), tollgate.WithObserver(obs))
-	take := func(tenant, route string, cost int64, maxDelay time.Duration) tollgate.Decision {
-		t.Helper()
-		d, _ := l.Take(ctx, tollgate.Request{Tenant: tenant, Method: "GET", Route: route, Cost: cost, MaxDelay: maxDelay})
-		return d
-	}
-	for range 5 { // burst 3: 3 allowed, 2 denied
-		take("a", hello, 1, 0)
-	}
-	if d := take("a", hello, 1, 10*time.Second); d.Outcome != tollgate.OutcomeDelayed || d.Delay != time.Second {
-		t.Fatalf("want a decision delayed by 1s, got %+v", d)
-	}
-	for range 4 { // shadowed, burst 2: 2 allowed, 2 shadow-denied
-		take("s", reports, 1, 0)
-	}
-	take("b", reports, 2, 0) // allowed, 2 tokens
-	take("a", hello, 10, 0)  // rejected: above the burst
-	take("", hello, 1, 0)    // rejected: no tenant
-	take("lost", hello, 1, 0)
-	store.fail(kindError("circuit_open"))
-	take("b", hello, 1, 0)
-	take("b", hello, 1, 0)
-	store.fail(context.DeadlineExceeded)
-	take("b", hello, 1, 0)
-
-	broken := newModel()
-	broken.fail(kindError("circuit_open"))
-	lf := newLimiter(t, broken, tollgate.WithFallbackStore(newModel()), tollgate.WithObserver(obs))
-	for range 4 { // the fallback's burst 3: 3 allowed, 1 denied
-		lf.Take(ctx, tollgate.Request{Tenant: "c", Route: hello})
-	}
-}
-
-func TestKnownMix(t *testing.T) {
-	metrics, err := tollgateprom.New()
+	c, err := tollgateprom.New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runMix(t, metrics)
+	return c
+}
+
+func TestKnownMix(t *testing.T) {
+	metrics := newCollector(t)
+	tallytest.RunMix(t, metrics)
 	got := gather(t, metrics)
-	decisions := func(plan, policy, route, outcome string) string {
-		return `tollgate_decisions_total{outcome="` + outcome + `",plan="` + plan + `",policy="` + policy + `",route="` + route + `"}`
+	tallytest.Expect(t, got, name, tallytest.Mix)
+	if n := tallytest.Sum(got, "tollgate_decisions_total"); n != tallytest.MixDecisions {
+		t.Fatalf("%v decisions counted, want %d", n, tallytest.MixDecisions)
 	}
-	want := map[string]float64{
-		decisions("small", "small", hello, "allowed"):               3 + 3, // a, then c through the fallback
-		decisions("small", "small", hello, "denied"):                2 + 1,
-		decisions("small", "small", hello, "delayed"):               1,
-		decisions("shadowed", "shadowed", reports, "allowed"):       2,
-		decisions("shadowed", "shadowed", reports, "shadow_denied"): 2,
-		decisions("shadowed", "shadowed", reports, "denied"):        0,
-		decisions("small", "small", reports, "allowed"):             1,
-		decisions("small", "", hello, "rejected"):                   1,
-		decisions("", "", hello, "rejected"):                        1,
-		decisions("", "", hello, "failed_open"):                     1,
-		decisions("small", "", hello, "failed_open"):                3,
-		decisions("small", "", hello, "failed_closed"):              0,
+}
 
-		`tollgate_tokens_spent_total{plan="small",route="` + hello + `"}`:      3 + 1 + 3,
-		`tollgate_tokens_spent_total{plan="small",route="` + reports + `"}`:    2,
-		`tollgate_tokens_spent_total{plan="shadowed",route="` + reports + `"}`: 2,
-
-		`tollgate_store_errors_total{kind="circuit_open"}`: 2 + 4,
-		`tollgate_store_errors_total{kind="timeout"}`:      1,
-		`tollgate_resolver_errors_total{}`:                 1,
-
-		`tollgate_fallback_decisions_total{outcome="allowed"}`:       3,
-		`tollgate_fallback_decisions_total{outcome="denied"}`:        1,
-		`tollgate_fallback_decisions_total{outcome="delayed"}`:       0,
-		`tollgate_fallback_decisions_total{outcome="shadow_denied"}`: 0,
-
-		// Every decision but the two rejected and the resolver's failure
-		// called a store: 6 + 4 + 1 + 3 + 4.
-		`tollgate_store_latency_seconds_count{}`:  18,
-		`tollgate_delay_seconds_count{}`:          1,
-		`tollgate_delay_seconds_sum{}`:            1,
-		`tollgate_delay_seconds_bucket{le="0.5"}`: 0,
-		`tollgate_delay_seconds_bucket{le="1"}`:   1,
-		`tollgate_label_overflow_total{}`:         0,
+// Label values from a misconfigured router (raw paths, invalid UTF-8, very
+// long) still make valid metrics: the pedantic registry checks them.
+func TestHostileRoutes(t *testing.T) {
+	metrics := newCollector(t, tollgateprom.WithCardinalityLimit(8))
+	l := tallytest.NewLimiter(t, tallytest.NewStore(), tollgate.WithObserver(metrics))
+	long := "/" + strings.Repeat("a", 300)
+	for i, route := range []string{long + "1", long + "2", "/\xff\xfe", "/\xfe"} {
+		l.Take(context.Background(), tollgate.Request{Tenant: fmt.Sprint("t", i), Route: route})
 	}
-	expect(t, got, want)
-	// Nothing but these decisions was counted.
-	var total float64
-	for k, v := range got {
-		if strings.HasPrefix(k, "tollgate_decisions_total{") {
-			total += v
+	for i := range 20 {
+		l.Take(context.Background(), tollgate.Request{Tenant: "t", Route: fmt.Sprint("/users/", i)})
+	}
+	got := gather(t, metrics)
+	tallytest.Expect(t, got, name, []tallytest.Sample{
+		{Metric: tally.Decisions, Labels: []string{"small", "small", long[:tally.MaxLabelLength], "allowed"}, Value: 2},
+		{Metric: tally.Decisions, Labels: []string{"small", "small", "/\uFFFD", "allowed"}, Value: 2},
+		{Metric: tally.LabelOverflow, Value: 20 - 4}, // 4 hostile label sets and 4 of users: the limit
+	})
+}
+
+func TestStoreStatistics(t *testing.T) {
+	main, fallback, want := tallytest.StatsStores()
+	metrics := newCollector(t, tollgateprom.WithStore(main), tollgateprom.WithFallbackStore(fallback))
+	tallytest.Expect(t, gather(t, metrics), name, want)
+	quiet := newCollector(t, tollgateprom.WithStore(tallytest.Quiet{Store: main}))
+	for k := range gather(t, quiet) {
+		if strings.HasPrefix(k, "tollgate_store_") && !strings.HasPrefix(k, "tollgate_store_latency") && !strings.HasPrefix(k, "tollgate_store_errors") {
+			t.Errorf("%s reported for a store that keeps no statistics", k)
 		}
 	}
-	if total != 6+4+1+2+1+3+4 { // as runMix makes them
-		var keys []string
-		for k := range got {
-			keys = append(keys, k)
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opt  tollgateprom.Option
+		want string
+	}{
+		{tollgateprom.WithCardinalityLimit(0), "WithCardinalityLimit"},
+		{tollgateprom.WithStoreTimeout(-time.Second), "WithStoreTimeout"},
+		{tollgateprom.WithStore(nil), "WithStore"},
+		{tollgateprom.WithFallbackStore(nil), "WithFallbackStore"},
+	} {
+		if _, err := tollgateprom.New(tc.opt); err == nil || !strings.Contains(err.Error(), "tollgateprom: "+tc.want) {
+			t.Errorf("New(%s): %v", tc.want, err)
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			t.Log(k, got[k])
-		}
-		t.Fatalf("%v decisions counted, want 21", total)
+	}
+	s := tallytest.NewStore()
+	if _, err := tollgateprom.New(tollgateprom.WithStore(s), tollgateprom.WithStore(s)); err == nil {
+		t.Error("New accepts two main stores")
+	}
+}
+
+func TestLatencyBucketsFollowTheTimeout(t *testing.T) {
+	metrics := newCollector(t, tollgateprom.WithStoreTimeout(200*time.Millisecond))
+	store := tallytest.NewStore()
+	store.SetLatency(120 * time.Millisecond)
+	l := tallytest.NewLimiter(t, store, tollgate.WithObserver(metrics))
+	l.Take(context.Background(), tollgate.Request{Tenant: "t"})
+	tallytest.Expect(t, gather(t, metrics), name, []tallytest.Sample{
+		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.0001", Value: 0}, // timeout/2000
+		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.1", Value: 0},    // half the timeout
+		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.2", Value: 1},    // the timeout
+		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.4", Value: 1},
+		{Metric: tally.StoreLatency, Suffix: "_sum", Value: 0.12},
+	})
+}
+
+// Decisions counted while other goroutines scrape: run with -race.
+func TestConcurrentDecisionsAndScrapes(t *testing.T) {
+	metrics := newCollector(t, tollgateprom.WithCardinalityLimit(8))
+	made, unresolved := tallytest.Concurrently(t, metrics, func() { gather(t, metrics) })
+	got := gather(t, metrics)
+	if n, calls := tallytest.Sum(got, "tollgate_decisions_total"), got[`tollgate_store_latency_seconds_count{}`]; n != float64(made) || calls != float64(made-unresolved) {
+		t.Fatalf("%v decisions counted, %v latencies; want %d and %d", n, calls, made, made-unresolved)
 	}
 }

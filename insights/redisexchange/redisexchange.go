@@ -3,13 +3,14 @@
 // upgrade candidates.
 //
 // Each time bucket is one Redis hash, "<prefix><bucket>", with one field
-// per replica holding that replica's summary of the bucket (at most k
-// tenants, tens of kilobytes for k = 1,000). A replica overwrites its own
-// field with HSET and renews the hash's TTL, so Redis holds one hash per
-// bucket that a window can show (about 70: 13 five-minute, 25 hourly and
-// 29 six-hour buckets) and one field per replica that counted something
-// in that bucket; a replica that goes away leaves fields that expire with
-// their bucket. A read is one HGETALL per bucket, in one pipeline.
+// per replica process holding that process's summary of the bucket (at
+// most k tenants, tens of kilobytes for k = 1,000). A process overwrites
+// its own field with HSET and renews the hash's TTL, so Redis holds one
+// hash per bucket that a window can show (about 70: 13 five-minute, 25
+// hourly and 29 six-hour buckets) and one field per process that counted
+// something in that bucket; a process that goes away, or restarts, leaves
+// its fields to expire with their bucket. A read is one HGETALL per
+// bucket, in one pipeline.
 package redisexchange
 
 import (
@@ -65,16 +66,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Exchange, error) {
 // Key returns the Redis key of bucket.
 func (x *Exchange) Key(bucket string) string { return x.prefix + bucket }
 
-// Publish writes each summary into its bucket's hash under replica and
+// Publish writes each summary into its bucket's hash under process and
 // sets the hash's TTL, in one pipeline.
-func (x *Exchange) Publish(ctx context.Context, replica string, summaries []insights.BucketSummary) error {
+func (x *Exchange) Publish(ctx context.Context, process string, summaries []insights.BucketSummary) error {
 	if len(summaries) == 0 {
 		return nil
 	}
 	_, err := x.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, s := range summaries {
 			key := x.Key(s.Bucket)
-			p.HSet(ctx, key, replica, s.Data)
+			p.HSet(ctx, key, process, s.Data)
 			p.PExpire(ctx, key, s.TTL)
 		}
 		return nil
@@ -85,7 +86,7 @@ func (x *Exchange) Publish(ctx context.Context, replica string, summaries []insi
 	return nil
 }
 
-// Collect reads every replica's summaries of buckets, in one pipeline.
+// Collect reads every process's summaries of buckets, in one pipeline.
 func (x *Exchange) Collect(ctx context.Context, buckets []string) ([]map[string][]byte, error) {
 	if len(buckets) == 0 {
 		return nil, nil
@@ -104,8 +105,8 @@ func (x *Exchange) Collect(ctx context.Context, buckets []string) ([]map[string]
 	for i, c := range cmds {
 		m := c.Val()
 		out[i] = make(map[string][]byte, len(m))
-		for replica, data := range m {
-			out[i][replica] = []byte(data)
+		for process, data := range m {
+			out[i][process] = []byte(data)
 		}
 	}
 	return out, nil

@@ -1,34 +1,48 @@
 package tally
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
-
-	tollgate "github.com/tollgate-go/tollgate/core"
 )
 
-// A Histogram counts durations in buckets of plain atomic counters: one
+// A histogram counts durations in buckets of plain atomic counters: one
 // bucket add and one sum add per observation, against the several that a
 // general-purpose histogram spends on consistent snapshots. A scrape that
 // races with observations may see a sum a few observations ahead of or
 // behind the counts, which no rate over time notices. (Store latencies are
 // counted in the series instead; see Tally.Latency.)
-type Histogram struct {
+type histogram struct {
 	bounds []time.Duration // upper bounds, inclusive, increasing
 	counts []atomic.Uint64 // one per bound, and one past the last
-	sum    atomic.Int64    // nanoseconds
+	sum    atomic.Uint64   // nanoseconds, saturating
 }
 
-// NewHistogram returns a Histogram with the upper bounds given, in
-// increasing order.
-func NewHistogram(bounds []time.Duration) *Histogram {
-	return &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+func newHistogram(bounds []time.Duration) *histogram {
+	return &histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
 }
 
-// Observe counts d.
-func (h *Histogram) Observe(d time.Duration) {
+// observe counts d.
+func (h *histogram) observe(d time.Duration) {
 	h.counts[bucket(h.bounds, d)].Add(1)
-	h.sum.Add(int64(d))
+	addSaturating(&h.sum, uint64(max(d, 0)))
+}
+
+// addSaturating adds n to c, stopping at the largest uint64 rather than
+// wrapping to a small count, which a rate would read as a counter reset.
+// It is for the counts that a large cost or delay can swell: the
+// compare-and-swap loop is dearer than an Add.
+func addSaturating(c *atomic.Uint64, n uint64) {
+	for {
+		old := c.Load()
+		sum := old + n
+		if sum < old {
+			sum = math.MaxUint64
+		}
+		if c.CompareAndSwap(old, sum) {
+			return
+		}
+	}
 }
 
 // bucket returns the index of the bucket of d under bounds: the first bound
@@ -49,21 +63,20 @@ type Snapshot struct {
 	Sum        float64   // their sum, in seconds
 }
 
-// Snapshot returns the state of h.
-func (h *Histogram) Snapshot() Snapshot {
+// snapshot returns the state of h.
+func (h *histogram) snapshot() Snapshot {
 	buckets := make([]uint64, len(h.counts))
 	for i := range h.counts {
 		buckets[i] = h.counts[i].Load()
 	}
-	return snapshot(h.bounds, buckets, time.Duration(h.sum.Load()))
+	return snapshot(h.bounds, buckets, float64(h.sum.Load())/1e9)
 }
 
 // snapshot makes a Snapshot of bucket counts (one per bound and one past
-// the last) and their sum.
-func snapshot(bounds []time.Duration, buckets []uint64, sum time.Duration) Snapshot {
-	s := Snapshot{Bounds: make([]float64, len(bounds)), Cumulative: make([]uint64, len(bounds)), Sum: sum.Seconds()}
-	for i, d := range bounds {
-		s.Bounds[i] = d.Seconds()
+// the last) and their sum in seconds.
+func snapshot(bounds []time.Duration, buckets []uint64, sum float64) Snapshot {
+	s := Snapshot{Bounds: Seconds(bounds), Cumulative: make([]uint64, len(bounds)), Sum: sum}
+	for i := range bounds {
 		s.Count += buckets[i]
 		s.Cumulative[i] = s.Count
 	}
@@ -71,16 +84,21 @@ func snapshot(bounds []time.Duration, buckets []uint64, sum time.Duration) Snaps
 	return s
 }
 
+// Seconds returns durations in seconds.
+func Seconds(ds []time.Duration) []float64 {
+	s := make([]float64, len(ds))
+	for i, d := range ds {
+		s[i] = d.Seconds()
+	}
+	return s
+}
+
 // LatencyBounds returns the store latency buckets for a store timeout:
 // from timeout/2000 to twice the timeout, in 1-2.5-5 steps, so that half
-// the timeout and the timeout are bounds. For the default 50 ms: 25 µs,
-// 50 µs, 100 µs, ... 50 ms, 100 ms. A memory store answers within the
-// first; a Redis round trip lands in the middle; timeouts land at the
-// timeout.
+// the timeout and the timeout are bounds. For 50 ms: 25 µs, 50 µs, 100 µs,
+// ... 50 ms, 100 ms. A Redis round trip lands in the middle; timeouts land
+// at the timeout.
 func LatencyBounds(timeout time.Duration) []time.Duration {
-	if timeout <= 0 {
-		timeout = tollgate.DefaultStoreTimeout
-	}
 	steps := []struct{ num, den int64 }{
 		{1, 2000}, {1, 1000}, {1, 500}, {1, 200}, {1, 100}, {1, 50},
 		{1, 20}, {1, 10}, {1, 5}, {1, 2}, {1, 1}, {2, 1},

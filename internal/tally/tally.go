@@ -1,11 +1,3 @@
-// Package tally counts a Limiter's decisions for the metrics modules
-// (tollgateprom, tollgateotel): plain atomic counters per label set, found
-// without a lock or an allocation. The exporters read the counts when they
-// are scraped or collected, so that an allowed decision costs a hash, a
-// probe and two atomic adds, whatever the metrics library.
-//
-// The source lives in prometheus/internal/tally; otel/internal/tally is a
-// copy made by go generate in otel/, which a test there keeps identical.
 package tally
 
 import (
@@ -22,29 +14,37 @@ import (
 )
 
 // Other is the label value that stands for the values the cardinality
-// limit folded away.
+// limit folded away, and for store error kinds past the sixteenth.
 const Other = "other"
 
 // MaxLabelLength bounds a label value in bytes; longer ones are cut.
 const MaxLabelLength = 256
 
-// outcomes is one more than the largest tollgate.Outcome: index 0 counts
-// outcomes this package does not know, so that a newer core never panics it.
-const outcomes = int(tollgate.OutcomeRejected) + 1
-
-// maxKinds bounds the error kinds counted apart; the rest are Other.
+// maxKinds bounds the store error kinds counted apart; the rest are Other.
 const maxKinds = 16
 
-// Outcomes lists the outcomes a decision can have, in order.
-var Outcomes = []tollgate.Outcome{
-	tollgate.OutcomeAllowed, tollgate.OutcomeDelayed, tollgate.OutcomeDenied, tollgate.OutcomeShadowDenied,
-	tollgate.OutcomeFailedOpen, tollgate.OutcomeFailedClosed, tollgate.OutcomeRejected,
-}
+// outcomeNames are the outcomes of tollgate.Decision.Outcome, by the index
+// a series counts them under; index 0 counts outcomes this package does not
+// know, so that a newer core adds a series rather than losing decisions.
+var outcomeNames = [...]string{"unknown", "allowed", "delayed", "denied", "shadow_denied", "failed_open", "failed_closed", "rejected"}
 
-// FallbackOutcomes lists the outcomes a decision of the fallback store can
-// have.
-var FallbackOutcomes = []tollgate.Outcome{
-	tollgate.OutcomeAllowed, tollgate.OutcomeDelayed, tollgate.OutcomeDenied, tollgate.OutcomeShadowDenied,
+const (
+	outcomes         = len(outcomeNames)
+	allowed, delayed = 1, 2
+)
+
+// fallbackOutcomes are the outcomes a decision of the fallback store can
+// have: outcomeNames[1:5].
+var fallbackOutcomes = outcomeNames[1:5]
+
+// outcomeIndex returns the index of outcome in outcomeNames, or 0.
+func outcomeIndex(outcome string) int {
+	for i := 1; i < outcomes; i++ {
+		if outcomeNames[i] == outcome {
+			return i
+		}
+	}
+	return 0
 }
 
 // Labels identify a series.
@@ -81,7 +81,11 @@ func (s *series) decisions(o int, stride int) uint64 {
 
 // tokens returns the tokens that allowed and delayed decisions of s took.
 func (s *series) tokens(stride int) uint64 {
-	return s.decisions(int(tollgate.OutcomeAllowed), stride) + s.decisions(int(tollgate.OutcomeDelayed), stride) + s.extra.Load()
+	n := s.decisions(allowed, stride) + s.decisions(delayed, stride)
+	if sum := n + s.extra.Load(); sum >= n {
+		return sum
+	}
+	return ^uint64(0)
 }
 
 // A Tally counts decisions. It is safe for concurrent use.
@@ -102,10 +106,9 @@ type Tally struct {
 
 	latencyBounds []time.Duration // nil when the exporter records latency itself
 	stride        int             // counters per outcome in a series: len(latencyBounds)+2, or 1
+	delay         *histogram      // nil when the exporter records delays itself
 
-	// Delay is the histogram of the delays of delayed decisions; nil when
-	// the exporter records them itself.
-	Delay *Histogram
+	stores []store
 }
 
 type kindCount struct {
@@ -113,84 +116,96 @@ type kindCount struct {
 	n    atomic.Uint64
 }
 
-// New returns a Tally that keeps at most limit label sets as they come
-// (limit >= 1), then up to limit/4 more with the route "other", then one
-// with every label "other". With histograms it counts store latencies in
-// buckets that bracket storeTimeout (see Latency), and keeps Delay.
-func New(limit int, storeTimeout time.Duration, histograms bool) *Tally {
-	limit = max(limit, 1)
-	fold := limit + max(limit/4, 1)
+// New returns a Tally configured by o, or o's mistakes. It keeps at most
+// o.Limit label sets as they come, then up to o.Limit/4 more with the
+// route Other, then one with every label Other. With histograms it counts
+// store latencies in buckets that bracket o.StoreTimeout (see Latency) and
+// the delays of delayed decisions (see Delay); without, the exporter
+// records both itself.
+func New(o Options, histograms bool) (*Tally, error) {
+	if err := o.Err(); err != nil {
+		return nil, err
+	}
+	fold := o.Limit + max(o.Limit/4, 1)
 	size := 1
 	for size < 2*(fold+1) {
 		size <<= 1
 	}
 	t := &Tally{
 		seed:      maphash.MakeSeed(),
-		limit:     int64(limit),
+		limit:     int64(o.Limit),
 		foldLimit: int64(fold),
 		slots:     make([]atomic.Pointer[series], size),
 		mask:      uint64(size - 1),
+		stride:    1,
+		stores:    o.stores,
 	}
 	t.kinds.Store(&[]*kindCount{})
-	t.stride = 1
 	if histograms {
-		t.latencyBounds = LatencyBounds(storeTimeout)
+		t.latencyBounds = LatencyBounds(o.StoreTimeout)
 		t.stride = len(t.latencyBounds) + 2
-		t.Delay = NewHistogram(DelayBounds)
+		t.delay = newHistogram(DelayBounds)
 	}
-	return t
+	return t, nil
 }
 
-// Observe counts o. It neither locks nor allocates once o's label set is
+// Observe counts d. It neither locks nor allocates once d's label set is
 // known.
-func (t *Tally) Observe(o *tollgate.Observation) {
-	s := t.lookup(Labels{o.Plan, o.Policy, o.Route})
-	oc := int(o.Outcome)
-	if oc >= outcomes {
-		oc = 0
-	}
+func (t *Tally) Observe(d *tollgate.Decision) {
+	t.count(&event{Labels{d.Plan, d.Policy, d.Route}, d.Outcome(), d.FailureKind(), d.Cost, d.Latency, d.Delay, d.Fallback})
+}
+
+// An event is what a Tally counts of a decision.
+type event struct {
+	Labels
+	Outcome, Failure string
+	Cost             int64
+	Latency, Delay   time.Duration
+	Fallback         bool
+}
+
+func (t *Tally) count(e *event) {
+	s := t.lookup(e.Labels)
+	oc := outcomeIndex(e.Outcome)
 	i := oc * t.stride
 	if t.stride > 1 {
-		if StoreCalled(o) {
-			i += bucket(t.latencyBounds, o.StoreLatency)
-			s.latency.Add(int64(o.StoreLatency))
+		if storeCalled(e.Latency, e.Outcome, e.Failure) {
+			i += bucket(t.latencyBounds, e.Latency)
+			s.latency.Add(int64(e.Latency))
 		} else {
 			i += t.stride - 1
 		}
 	}
 	s.counts[i].Add(1)
-	if o.Cost > 1 && (o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed) {
-		s.extra.Add(uint64(o.Cost - 1))
+	if e.Cost > 1 && (oc == allowed || oc == delayed) {
+		addSaturating(&s.extra, uint64(e.Cost-1))
 	}
-	if o.Outcome == tollgate.OutcomeDelayed && t.Delay != nil {
-		t.Delay.Observe(o.Delay)
+	if oc == delayed && t.delay != nil {
+		t.delay.observe(e.Delay)
 	}
-	if o.Fallback {
+	if e.Fallback {
 		t.fallback[oc].Add(1)
 	}
-	if o.ErrorKind != "" {
-		t.failed(o)
-	}
-}
-
-// StoreCalled reports whether the decision o called the store, whose
-// latency it then carries. A latency of 0 is a clock that did not move (a
-// test's), not a store that was not called, unless the decision failed
-// before the store: an unresolved plan or a rejected request.
-func StoreCalled(o *tollgate.Observation) bool {
-	return o.StoreLatency > 0 || (o.Outcome != tollgate.OutcomeRejected && o.ErrorKind != "resolver")
-}
-
-// failed counts the error of a failed decision.
-func (t *Tally) failed(o *tollgate.Observation) {
 	switch {
-	case o.Outcome == tollgate.OutcomeRejected:
-		// Counted among the decisions; not the store's failure.
-	case o.ErrorKind == "resolver":
+	case e.Failure == "", e.Outcome == "rejected":
+		// A rejected request is counted among the decisions; it is
+		// not the store's failure.
+	case e.Failure == "resolver":
 		t.resolverErrors.Add(1)
 	default:
-		t.kind(o.ErrorKind).n.Add(1)
+		t.kind(e.Failure).n.Add(1)
 	}
+}
+
+// StoreCalled reports whether the decision d called the store, whose
+// latency it then carries: every decision but those that failed before
+// the store, a rejected request or an unresolved plan.
+func StoreCalled(d *tollgate.Decision) bool {
+	return storeCalled(d.Latency, d.Outcome(), d.FailureKind())
+}
+
+func storeCalled(latency time.Duration, outcome, failure string) bool {
+	return latency > 0 || (outcome != "rejected" && failure != "resolver")
 }
 
 // kind returns the counter of the store error kind k.
@@ -341,11 +356,11 @@ func labelValue(s string) string {
 	return s
 }
 
-// Decisions calls fn for every label set kept and every outcome, with the
+// decisions calls fn for every label set kept and every outcome, with the
 // number of decisions, values that differ only past MaxLabelLength or in
 // invalid UTF-8 added up. Outcomes this package does not know come as
-// Outcome 0, and only when there were some.
-func (t *Tally) Decisions(fn func(l Labels, o tollgate.Outcome, n uint64)) {
+// "unknown", and only when there were some.
+func (t *Tally) decisions(fn func(l Labels, outcome string, n uint64)) {
 	sums := map[Labels]*[outcomes]uint64{}
 	var order []Labels
 	t.eachSeries(func(s *series) {
@@ -361,28 +376,27 @@ func (t *Tally) Decisions(fn func(l Labels, o tollgate.Outcome, n uint64)) {
 	})
 	for _, l := range order {
 		sum := sums[l]
-		if sum[0] > 0 {
-			fn(l, 0, sum[0])
-		}
-		for _, o := range Outcomes {
-			fn(l, o, sum[o])
+		for i, n := range sum {
+			if i > 0 || n > 0 {
+				fn(l, outcomeNames[i], n)
+			}
 		}
 	}
 }
 
-// Tokens calls fn for every plan and route with the tokens that their
-// allowed and delayed decisions took, every policy together; a cost below
-// 1 counts as 1, as the Limiter takes it.
-func (t *Tally) Tokens(fn func(plan, route string, n uint64)) {
+// tokens calls fn for every plan and route with the tokens that their
+// allowed and delayed decisions took, every policy together.
+func (t *Tally) tokens(fn func(plan, route string, n uint64)) {
 	type planRoute struct{ plan, route string }
 	sums := map[planRoute]uint64{}
 	var order []planRoute
 	t.eachSeries(func(s *series) {
 		k := planRoute{s.Plan, s.Route}
-		if _, ok := sums[k]; !ok {
+		old, ok := sums[k]
+		if !ok {
 			order = append(order, k)
 		}
-		sums[k] += s.tokens(t.stride)
+		sums[k] = old + min(s.tokens(t.stride), ^uint64(0)-old)
 	})
 	for _, k := range order {
 		fn(k.plan, k.route, sums[k])
@@ -394,6 +408,22 @@ func (t *Tally) eachSeries(fn func(*series)) {
 		if s := t.slots[i].Load(); s != nil {
 			fn(s)
 		}
+	}
+}
+
+// storeErrors calls fn with every store error kind and its count.
+func (t *Tally) storeErrors(fn func(kind string, n uint64)) {
+	sums := map[string]uint64{}
+	var order []string
+	for _, c := range *t.kinds.Load() {
+		k := labelValue(c.kind)
+		if _, ok := sums[k]; !ok {
+			order = append(order, k)
+		}
+		sums[k] += c.n.Load()
+	}
+	for _, k := range order {
+		fn(k, sums[k])
 	}
 }
 
@@ -413,39 +443,14 @@ func (t *Tally) Latency() Snapshot {
 		}
 		sum += s.latency.Load()
 	})
-	return snapshot(t.latencyBounds, buckets, time.Duration(sum))
+	return snapshot(t.latencyBounds, buckets, time.Duration(sum).Seconds())
 }
 
-// Sets returns the number of label sets kept.
-func (t *Tally) Sets() int { return int(t.sets.Load()) }
-
-// Overflow returns how many decisions the cardinality limit folded.
-func (t *Tally) Overflow() uint64 { return t.overflow.Load() }
-
-// Fallback returns how many decisions of the fallback store ended in o.
-func (t *Tally) Fallback(o tollgate.Outcome) uint64 {
-	if int(o) >= outcomes {
-		return 0
+// Delay returns the histogram of the delays of delayed decisions; an
+// empty Snapshot if the Tally does not count them.
+func (t *Tally) Delay() Snapshot {
+	if t.delay == nil {
+		return Snapshot{}
 	}
-	return t.fallback[o].Load()
-}
-
-// ResolverErrors returns how many decisions found no plan because the
-// resolver failed.
-func (t *Tally) ResolverErrors() uint64 { return t.resolverErrors.Load() }
-
-// StoreErrors calls fn with every store error kind and its count.
-func (t *Tally) StoreErrors(fn func(kind string, n uint64)) {
-	sums := map[string]uint64{}
-	var order []string
-	for _, c := range *t.kinds.Load() {
-		k := labelValue(c.kind)
-		if _, ok := sums[k]; !ok {
-			order = append(order, k)
-		}
-		sums[k] += c.n.Load()
-	}
-	for _, k := range order {
-		fn(k, sums[k])
-	}
+	return t.delay.snapshot()
 }

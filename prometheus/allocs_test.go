@@ -1,0 +1,17 @@
+//go:build !race
+
+// The race detector allocates on its own: the allocation tests run without
+// it (make test-allocs).
+
+package tollgateprom_test
+
+import (
+	"testing"
+
+	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
+	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
+)
+
+func TestObservingAllocatesNothing(t *testing.T) {
+	tallytest.CheckAllocs(t, newCollector(t, tollgateprom.WithCardinalityLimit(1)))
+}
