@@ -2,11 +2,11 @@
 // tollgate.Limiter.
 //
 // chi middleware is plain net/http middleware, so Middleware is
-// tollgatehttp.Middleware with one thing of chi's own: events, logs and
-// metrics name the route by its chi route pattern ("/api/users/{id}"),
-// which Middleware finds even when it runs before chi has routed the
-// request, as it does when registered with Router.Use. Every
-// tollgatehttp.Option applies, with the meaning tollgatehttp.Spec gives it:
+// tollgatehttp.Middleware with one thing of chi's own: logs and metrics
+// name the route by its chi route pattern ("/api/users/{id}"), which
+// Middleware finds even when it runs before chi has routed the request, as
+// it does when registered with Router.Use. Every tollgatehttp.Option
+// applies, with the meaning it has in every tollgate adapter:
 // tollgatehttp.WithTenant (tollgatehttp.TenantFromContext for a tenant set
 // by the application's authentication middleware,
 // tollgatehttp.TenantFromClientIP for anonymous clients),
@@ -22,9 +22,11 @@
 package tollgatechi
 
 import (
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-chi/chi/v5"
 
@@ -34,16 +36,17 @@ import (
 
 // Middleware returns chi middleware that limits each request with l: it
 // sets the rate-limit headers on every limited response, answers a denied
-// request with 429 (or 503 under tollgate.FailClosed when the store is down)
-// and a JSON body, and passes allowed requests on. It names routes with
-// RoutePattern unless tollgatehttp.WithRoute says otherwise.
+// request with 429 (or 503 under tollgate.WithFailClosed when the store is
+// down) and a JSON body, and passes allowed requests on. It names routes
+// with RoutePattern unless tollgatehttp.WithRoute says otherwise.
 //
 // A nil l is a configuration error: as with tollgatehttp.Middleware, it is
 // logged at once and every request is answered 500, rather than panic or
-// let requests through unlimited.
+// let requests through unlimited. So is a budget no plan has.
 func Middleware(l *tollgate.Limiter, opts ...tollgatehttp.Option) func(http.Handler) http.Handler {
+	static := &staticRoutes{}
 	all := make([]tollgatehttp.Option, 0, len(opts)+1)
-	all = append(all, tollgatehttp.WithRoute(RoutePattern))
+	all = append(all, tollgatehttp.WithRoute(func(r *http.Request) string { return routePattern(r, static) }))
 	return tollgatehttp.Middleware(l, append(all, opts...)...)
 }
 
@@ -55,7 +58,9 @@ func Middleware(l *tollgate.Limiter, opts ...tollgatehttp.Option) func(http.Hand
 // chi knows the full pattern only once it has routed the request to its
 // endpoint, which middleware registered with Use runs before; RoutePattern
 // then looks the request up in the router's tree, as chi will.
-func RoutePattern(r *http.Request) string {
+func RoutePattern(r *http.Request) string { return routePattern(r, nil) }
+
+func routePattern(r *http.Request, static *staticRoutes) string {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
 		return r.Pattern
@@ -67,15 +72,6 @@ func RoutePattern(r *http.Request) string {
 	if n := len(rctx.RoutePatterns); n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "*") && r.Pattern != "" {
 		return r.Pattern
 	}
-	return find(rctx, r)
-}
-
-// findContexts holds scratch routing contexts for find: Routes.Find records
-// its search in one, and a fresh one a request would cost an allocation.
-var findContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
-
-// find looks r up in the tree of the router that received it first.
-func find(rctx *chi.Context, r *http.Request) string {
 	if rctx.Routes == nil {
 		return ""
 	}
@@ -90,9 +86,26 @@ func find(rctx *chi.Context, r *http.Request) string {
 	if path == "" {
 		path = "/"
 	}
+	if static.has(rctx.Routes, method, path) {
+		return path
+	}
+	p := find(rctx.Routes, method, path)
+	if p == path {
+		static.add(rctx.Routes, method, path)
+	}
+	return p
+}
+
+// findContexts holds scratch routing contexts for find: Routes.Find records
+// its search in one, and a fresh one a request would cost an allocation.
+var findContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
+
+// find looks the request for path up in routes, the tree of the router
+// that received it first.
+func find(routes chi.Routes, method, path string) string {
 	x := findContexts.Get().(*chi.Context)
 	x.Reset()
-	p := rctx.Routes.Find(x, method, path)
+	p := routes.Find(x, method, path)
 	x.Reset()
 	findContexts.Put(x)
 	// Find joins the patterns of nested routers as they were written;
@@ -101,4 +114,76 @@ func find(rctx *chi.Context, r *http.Request) string {
 		p = strings.TrimSuffix(p, "/")
 	}
 	return p
+}
+
+// staticRoutes remembers, for the middleware of one Middleware call, the
+// paths of one router that are routes without parameters: the pattern of
+// such a path is the path itself, which a lookup in a small map finds for
+// a fraction of what chi's tree search costs, on every request of
+// middleware registered with Use. Only such paths are kept, so there are
+// at most as many as the router has routes; paths that match a pattern
+// with parameters, or none, are looked up in the tree each time. The zero
+// staticRoutes is empty; a nil one keeps nothing.
+type staticRoutes struct {
+	mu   sync.Mutex // serialises writers
+	seen atomic.Pointer[routeSet]
+}
+
+// A routeSet is the static paths of one router, by method. It is copied on
+// write: reads take no lock.
+type routeSet struct {
+	routes chi.Routes
+	paths  [len(cachedMethods)]map[string]struct{}
+}
+
+// cachedMethods are the methods whose static paths are remembered.
+var cachedMethods = [...]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead}
+
+func methodIndex(method string) int {
+	for i, m := range cachedMethods {
+		if m == method {
+			return i
+		}
+	}
+	return -1
+}
+
+// maxStaticRoutes bounds a routeSet against routers that add routes as
+// they go.
+const maxStaticRoutes = 4096
+
+func (s *staticRoutes) has(routes chi.Routes, method, path string) bool {
+	if s == nil {
+		return false
+	}
+	set, m := s.seen.Load(), methodIndex(method)
+	if set == nil || m < 0 || set.routes != routes {
+		return false
+	}
+	_, ok := set.paths[m][path]
+	return ok
+}
+
+func (s *staticRoutes) add(routes chi.Routes, method, path string) {
+	m := methodIndex(method)
+	if s == nil || m < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.seen.Load()
+	if old == nil {
+		old = &routeSet{routes: routes}
+	}
+	if old.routes != routes || len(old.paths[m]) >= maxStaticRoutes {
+		// Middleware shared by two routers remembers the first one's.
+		return
+	}
+	set := *old
+	set.paths[m] = maps.Clone(old.paths[m])
+	if set.paths[m] == nil {
+		set.paths[m] = map[string]struct{}{}
+	}
+	set.paths[m][path] = struct{}{}
+	s.seen.Store(&set)
 }

@@ -54,7 +54,8 @@ func TestConformance(t *testing.T) {
 		r.With(limit).Get("/skipped", ok)
 		r.With(tollgatechi.Middleware(s.Limiter, tollgatehttp.WithCost(5), byTenant)).Get("/costly", ok)
 		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithDenyHandler(teapot))).Get("/custom", ok)
-		r.With(tollgatechi.Middleware(s.Limiter, tollgatehttp.WithBudget(adaptertest.Budget), byTenant)).Get("/reports/{id}", ok)
+		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMissingTenantHandler(http.HandlerFunc(ok)))).Get("/public", ok)
+		r.With(tollgatechi.Middleware(s.Limiter, tollgatehttp.WithBudget(s.Budget), byTenant)).Get("/reports/{id}", ok)
 		r.With(tollgatechi.Middleware(s.Limiter)).Get("/by-header", ok)
 		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0))).Get("/held", ok)
 		return serve(t, r)
@@ -64,17 +65,18 @@ func TestConformance(t *testing.T) {
 // TestConformanceUse runs the kit with the middleware registered with Use,
 // before chi routes: one for the router, which goes by the route pattern
 // for costs and the custom denial, and one for the reports sub-router with
-// its budget. The route named in events is the full pattern all the same.
+// its budget. The route that throttled decisions name is the full pattern
+// all the same.
 func TestConformanceUse(t *testing.T) {
 	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
 		r := chi.NewRouter()
 		r.Use(authenticate)
 		r.Use(tollgatechi.Middleware(s.Limiter, byTenant,
 			tollgatehttp.WithSkip(func(r *http.Request) bool {
-				// The reports, by-header and held routes have
-				// middleware of their own.
+				// The reports, public, by-header and held routes
+				// have middleware of their own.
 				p := tollgatechi.RoutePattern(r)
-				return p == "/skipped" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
 			}),
 			tollgatehttp.WithCostFunc(func(r *http.Request) int64 {
 				if tollgatechi.RoutePattern(r) == "/costly" {
@@ -87,19 +89,23 @@ func TestConformanceUse(t *testing.T) {
 					teapot(w, r, d)
 					return
 				}
-				tollgatehttp.WriteJSON(w, tollgatehttp.DenialStatus(&d), tollgatehttp.DenialBody(&d))
+				tollgatehttp.WriteDenial(w, r, d)
 			}),
 		))
 		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom"} {
 			r.Get(p, ok)
 		}
 		r.Route("/reports", func(r chi.Router) {
-			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithBudget(adaptertest.Budget)))
+			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithBudget(s.Budget)))
 			r.Get("/{id}", ok)
 		})
 		r.Group(func(r chi.Router) {
 			r.Use(tollgatechi.Middleware(s.Limiter))
 			r.Get("/by-header", ok)
+		})
+		r.Group(func(r chi.Router) {
+			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMissingTenantHandler(http.HandlerFunc(ok))))
+			r.Get("/public", ok)
 		})
 		r.Group(func(r chi.Router) {
 			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0)))
@@ -119,7 +125,7 @@ func TestClientIP(t *testing.T) {
 }
 
 // TestRoutePatterns registers the middleware in each way chi allows and
-// checks the route that throttle events report, and that the limit applies
+// checks the route that throttled decisions report, and that the limit applies
 // where it is registered and nowhere else.
 func TestRoutePatterns(t *testing.T) {
 	type reg func(r chi.Router, mw func(http.Handler) http.Handler)
@@ -149,6 +155,15 @@ func TestRoutePatterns(t *testing.T) {
 				users(r)
 			},
 			path: "/files/a/b.txt", want: "/files/*",
+		},
+		{
+			name: "router Use, static route",
+			register: func(r chi.Router, mw func(http.Handler) http.Handler) {
+				r.Use(mw)
+				users(r)
+				r.Get("/users/me", ok)
+			},
+			path: "/users/me", want: "/users/me",
 		},
 		{
 			name: "router Use, no route",
@@ -222,7 +237,7 @@ func TestRoutePatterns(t *testing.T) {
 			adaptertest.Drain(t, 2, "GET", base+tc.path, "X-Tenant-ID", "acme")
 			e := ev.Last(t)
 			if e.Route != tc.want || e.Method != "GET" || e.Tenant != "acme" {
-				t.Errorf("event route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
+				t.Errorf("throttled on route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
 			}
 			if tc.free != "" {
 				for range 5 {
@@ -242,5 +257,30 @@ func TestRoutePatternOutsideChi(t *testing.T) {
 	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/items/3", nil))
 	if got != "GET /items/{id}" {
 		t.Errorf("RoutePattern = %q, want the ServeMux pattern", got)
+	}
+}
+
+// TestMiddlewareSharedByTwoRouters: the middleware remembers the static
+// routes of one router, and still names the routes of another by its own
+// patterns.
+func TestMiddlewareSharedByTwoRouters(t *testing.T) {
+	plan := tollgate.Plan{Name: "one", Limit: tollgate.Limit{Rate: 1.0 / 60, Burst: 1}}
+	l, ev, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(plan))
+	mw := tollgatechi.Middleware(l)
+	a, b := chi.NewRouter(), chi.NewRouter()
+	a.Use(mw)
+	a.Get("/users/me", ok)
+	b.Use(mw)
+	b.Get("/users/{id}", ok)
+	for i, tc := range []struct {
+		router *chi.Mux
+		want   string
+	}{{a, "/users/me"}, {a, "/users/me"}, {b, "/users/{id}"}, {a, "/users/me"}, {b, "/users/{id}"}} {
+		tenant := "t" + string(rune('0'+i))
+		adaptertest.Serve(tc.router, "GET", "/users/me", "", "X-Tenant-ID", tenant)
+		adaptertest.Serve(tc.router, "GET", "/users/me", "", "X-Tenant-ID", tenant)
+		if e := ev.Last(t); e.Route != tc.want || e.Tenant != tenant {
+			t.Errorf("request %d: throttled %q on route %q, want %q", i, e.Tenant, e.Route, tc.want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
@@ -282,6 +283,19 @@ func (l *Limiter) Take(ctx context.Context, req Request) (d Decision, err error)
 	}
 	err = l.decide(ctx, &req, &d, time.Time{})
 	return d, err
+}
+
+// The HTTP layer decides through internal/hooks into Decisions it reuses
+// (see hooks.TakeInto): this file, so that a request enters it once.
+func init() {
+	hooks.TakeInto = func(ctx context.Context, l, req, d any) error {
+		lim, r, dd := l.(*Limiter), req.(*Request), d.(*Decision)
+		if lim == nil {
+			*dd = Decision{Tenant: r.Tenant}
+			return errNilLimiter
+		}
+		return lim.decide(ctx, r, dd, time.Time{})
+	}
 }
 
 // decide is Take into d; until, if not zero, bounds the wait a reservation

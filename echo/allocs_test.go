@@ -3,12 +3,13 @@ package tollgateecho_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storetest"
 	tollgateecho "github.com/tollgate-go/tollgate/echo"
 )
 
@@ -18,7 +19,7 @@ import (
 // without -race.
 func TestAllocs(t *testing.T) {
 	plan := tollgate.Plan{Name: "big", Limit: tollgate.Limit{Rate: 1e6, Burst: 1e9}}
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
+	l, err := tollgate.New(storetest.NewModelStore(time.Now), tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

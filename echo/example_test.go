@@ -98,7 +98,7 @@ func ExampleConfig_ToMiddleware() {
 	_, err := tollgateecho.Config{}.ToMiddleware()
 	fmt.Println(err)
 	// Output:
-	// tollgatehttp: the Limiter is nil
+	// tollgate middleware: the Limiter is nil
 }
 
 // Anonymous clients are keyed by address. X-Forwarded-For is believed only

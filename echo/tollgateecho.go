@@ -4,17 +4,19 @@
 // Middleware and MiddlewareWithConfig return an echo.MiddlewareFunc to
 // register with e.Use, on a group or on a single route. For every limited
 // request it sets the rate-limit response headers and either calls the next
-// handler or returns an *echo.HTTPError whose Message is a
-// tollgatehttp.ResponseBody, so that the application's own HTTPErrorHandler
-// renders the answer: 429 when a policy of the tenant's plan is exhausted,
-// 503 when the store is down under tollgate.FailClosed, 401 when the request
-// has no tenant, 400 when its tenant ID is too long, and 500 when the
-// Limiter is misconfigured (the cause is logged, not sent). Echo's default
-// error handler renders the body as JSON.
+// handler or returns an *echo.HTTPError, so that the application's own
+// HTTPErrorHandler renders the answer: 429 when a policy of the tenant's
+// plan is exhausted, 503 when the store is down under
+// tollgate.WithFailClosed, 401 when the request has no tenant, 400 when its
+// tenant ID is too long or holds a control character, and 500 when the
+// middleware or the Limiter is misconfigured (the cause is logged, not
+// sent). The error's Message is the JSON body (a json.Marshaler), which
+// Echo's default error handler sends as it is: {"error":"rate_limited",
+// "message":...,"retry_after":N,"policy":...} and the like, the body that
+// every tollgate adapter sends.
 package tollgateecho
 
 import (
-	"context"
 	"net/http"
 	"net/netip"
 	"time"
@@ -23,12 +25,14 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
 // Config configures the middleware. Zero fields take the value of
-// DefaultConfig; Limiter is required. The fields mean what the fields of
-// tollgatehttp.Spec of the same names say, as in every tollgate adapter.
+// DefaultConfig; Limiter is required. The fields mean what the options of
+// tollgatehttp.Middleware of the same names mean, as in every tollgate
+// adapter.
 type Config struct {
 	// Skipper exempts a request from limiting: it reaches the next handler
 	// without rate-limit headers and takes no tokens.
@@ -38,7 +42,8 @@ type Config struct {
 	Limiter *tollgate.Limiter
 
 	// Tenant finds the tenant of a request (default: the
-	// tollgatehttp.DefaultTenantHeader header). It should come from the
+	// tollgatehttp.DefaultTenantHeader header); "" means it has none. It
+	// should come from the
 	// authenticated principal, as TenantFromContext reads it: a bare
 	// header lets any client spend any tenant's budget.
 	Tenant func(c echo.Context) string
@@ -51,36 +56,37 @@ type Config struct {
 	// Cost; a result < 1 counts as 1.
 	CostFunc func(c echo.Context) int64
 
-	// Route names the route in events, logs and metrics (default:
+	// Route names the route in logs and metrics (default:
 	// c.Path(), the route pattern Echo matched).
 	Route func(c echo.Context) string
 
 	// Budget, if set, makes every request also draw from the budget of
-	// that name in its tenant's plan (see tollgate.Policy).
+	// that name in its tenant's plan (see tollgate.Policy). A budget that
+	// no plan has, when the Limiter's resolver knows its plans, is a
+	// configuration error, as a nil Limiter is.
 	Budget string
 
 	// MaxDelay, if > 0, holds a request that its tenant's policies would
 	// allow within MaxDelay and then serves it, instead of answering 429:
 	// a client slightly over its rate is slowed down rather than
 	// bounced. A request that would wait longer is answered at once. See
-	// tollgatehttp.Spec.MaxDelay.
+	// tollgatehttp.WithMaxDelay.
 	MaxDelay time.Duration
 
 	// MaxHeld bounds the requests of one tenant held at once under
-	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
-	// is answered at once.
+	// MaxDelay (0 means 16); past it, a request is answered at once.
 	MaxHeld int
 
 	// DenyHandler, if set, answers a denied request instead of the
-	// default *echo.HTTPError carrying tollgatehttp.DenialStatus and
-	// DenialBody. The rate-limit headers, Retry-After included, are set
-	// when it is called. It writes a response or returns an error for the
+	// default *echo.HTTPError: 429 (or 503) with the body that
+	// tollgatehttp.WriteDenial writes. The rate-limit headers, Retry-After
+	// included, are set when it is called. It writes a response or returns an error for the
 	// HTTPErrorHandler.
 	DenyHandler func(c echo.Context, d tollgate.Decision) error
 
 	// MissingTenantHandler, if set, answers a request without a tenant
-	// instead of the default *echo.HTTPError 401 carrying
-	// tollgatehttp.MissingTenantBody. Returning next(c) lets the request
+	// instead of the default *echo.HTTPError 401, whose body's error is
+	// "missing_tenant". Returning next(c) lets the request
 	// through unlimited.
 	MissingTenantHandler func(c echo.Context, next echo.HandlerFunc) error
 }
@@ -93,8 +99,8 @@ var DefaultConfig = Config{
 	Cost:    1,
 }
 
-// Middleware returns middleware that limits each request with l, configured
-// otherwise by DefaultConfig.
+// Middleware returns middleware that limits each request with l and takes
+// every other setting from DefaultConfig.
 func Middleware(l *tollgate.Limiter) echo.MiddlewareFunc {
 	c := DefaultConfig
 	c.Limiter = l
@@ -104,9 +110,10 @@ func Middleware(l *tollgate.Limiter) echo.MiddlewareFunc {
 // MiddlewareWithConfig returns middleware configured by cfg.
 //
 // Unlike Echo's own middleware it does not panic on an invalid cfg (a nil
-// Limiter): it logs the mistake at once, and the middleware it returns
-// answers every request with a 500 *echo.HTTPError whose Internal error
-// names the mistake. Use Config.ToMiddleware to get the error instead.
+// Limiter, a budget no plan has): it logs the mistake at once, and the
+// middleware it returns answers every request with a 500 *echo.HTTPError
+// whose Internal error names the mistake. Use Config.ToMiddleware to get
+// the error instead.
 func MiddlewareWithConfig(cfg Config) echo.MiddlewareFunc {
 	mw, err := cfg.ToMiddleware()
 	if err != nil {
@@ -115,18 +122,10 @@ func MiddlewareWithConfig(cfg Config) echo.MiddlewareFunc {
 	return mw
 }
 
-// framework tells tollgatehttp how to read an Echo request.
-var framework = tollgatehttp.Framework[echo.Context]{
-	Context: func(c echo.Context) context.Context { return c.Request().Context() },
-	Method:  func(c echo.Context) string { return c.Request().Method },
-	Header:  func(c echo.Context, name string) string { return tollgatehttp.HeaderValue(c.Request().Header, name) },
-	Route:   func(c echo.Context) string { return c.Path() },
-}
-
 // ToMiddleware returns middleware configured by c, or an error if c can not
 // work.
 func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
-	h, err := tollgatehttp.Build(tollgatehttp.Spec[echo.Context]{
+	h, err := adapterkit.Build(adapterkit.Spec[echo.Context]{
 		Limiter:  c.Limiter,
 		Tenant:   c.Tenant,
 		Cost:     c.Cost,
@@ -136,7 +135,7 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 		Budget:   c.Budget,
 		MaxDelay: c.MaxDelay,
 		MaxHeld:  c.MaxHeld,
-	}, framework)
+	}, adapterkit.Framework{})
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +145,7 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 
 type limiter struct {
 	cfg Config
-	h   *tollgatehttp.Handler[echo.Context]
+	h   *adapterkit.Handler[echo.Context]
 }
 
 func (m *limiter) wrap(next echo.HandlerFunc) echo.HandlerFunc {
@@ -156,17 +155,19 @@ func (m *limiter) wrap(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 func (m *limiter) serve(c echo.Context, next echo.HandlerFunc) error {
-	var a tollgatehttp.Answer
-	if !m.h.Decide(c, &a) {
+	// The headers are set before any answer, so that they reach the
+	// client whether the handler or the error handler writes the
+	// response.
+	r := c.Request()
+	call := adapterkit.Call{Context: r.Context(), Method: r.Method, Route: c.Path(), Header: r.Header}
+	a := m.h.Decide(c, &call, adapterkit.Headers{Map: c.Response().Header()})
+	if a == nil {
 		return next(c)
 	}
-	// Set before any answer, so that they reach the client whether the
-	// handler or the error handler writes the response.
-	tollgatehttp.WriteHeaders(c.Response().Header(), &a.Decision)
-	if a.Status == 0 {
-		return next(c)
-	}
+	defer a.Release()
 	switch {
+	case a.Status == 0:
+		return next(c)
 	case a.Denied() && m.cfg.DenyHandler != nil:
 		return m.cfg.DenyHandler(c, a.Decision)
 	case a.MissingTenant() && m.cfg.MissingTenantHandler != nil:
@@ -185,7 +186,7 @@ var nosniff = []string{"nosniff"}
 // from the authenticated principal.
 func TenantFromHeader(name string) func(echo.Context) string {
 	key := http.CanonicalHeaderKey(name)
-	return func(c echo.Context) string { return tollgatehttp.HeaderValue(c.Request().Header, key) }
+	return func(c echo.Context) string { return adapterkit.HeaderValue(c.Request().Header, key) }
 }
 
 // TenantFromContext returns a tenant function for Config.Tenant that reads
@@ -195,13 +196,12 @@ func TenantFromHeader(name string) func(echo.Context) string {
 // middleware before the limiter.
 func TenantFromContext(key string) func(echo.Context) string {
 	return func(c echo.Context) string {
-		return tollgatehttp.TenantString(c.Get(key))
+		return adapterkit.TenantString(c.Get(key))
 	}
 }
 
 // TenantFromClientIP returns a tenant function for Config.Tenant that keys
-// each request by its client address, grouped by tollgatehttp.IPKey (an
-// IPv6 client by its /64). The address is the TCP peer's unless the peer is
+// each request by its client address (an IPv6 client by its /64). The address is the TCP peer's unless the peer is
 // one of trustedProxies: only then are X-Forwarded-For and X-Real-IP
 // believed, read from the right (see tollgatehttp.ClientIP). It ignores the
 // Echo instance's IPExtractor.
@@ -214,12 +214,12 @@ func TenantFromClientIP(trustedProxies ...netip.Prefix) func(echo.Context) strin
 // request with 500, so that a configuration mistake is loud at start-up and
 // in the first test without crashing the process.
 func misconfigured(err error) echo.MiddlewareFunc {
-	tollgatehttp.LogMisconfiguration(err)
+	adapterkit.LogMisconfiguration(err)
 	return func(echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			// Internal reaches logs and error handlers; the default
 			// error handler sends only Message.
-			return &echo.HTTPError{Code: http.StatusInternalServerError, Message: tollgatehttp.InternalErrorBody, Internal: err}
+			return &echo.HTTPError{Code: http.StatusInternalServerError, Message: adapterkit.InternalErrorBody, Internal: err}
 		}
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgateecho "github.com/tollgate-go/tollgate/echo"
 )
 
@@ -40,7 +40,8 @@ const tenantKey = "tenant"
 // authenticate is the kit's authentication in Echo's idiom.
 func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if tenant := c.Request().Header.Get(tollgatehttp.DefaultTenantHeader); tenant != "" {
+		h := c.Request().Header
+		if tenant := adaptertest.Tenant(h.Get("X-Tenant-ID"), h.Get(adaptertest.EscapedTenantHeader)); tenant != "" {
 			c.Set(tenantKey, tenant)
 		}
 		return next(c)
@@ -68,7 +69,10 @@ func TestConformance(t *testing.T) {
 				return c.JSON(http.StatusTeapot, map[string]string{"denied": d.Tenant})
 			}
 		}))
-		e.GET("/reports/:id", ok, with(func(c *tollgateecho.Config) { c.Budget = adaptertest.Budget }))
+		e.GET("/public", ok, with(func(c *tollgateecho.Config) {
+			c.MissingTenantHandler = func(c echo.Context, next echo.HandlerFunc) error { return next(c) }
+		}))
+		e.GET("/reports/:id", ok, with(func(c *tollgateecho.Config) { c.Budget = s.Budget }))
 		e.GET("/by-header", ok, tollgateecho.Middleware(s.Limiter))
 		e.GET("/held", ok, with(func(c *tollgateecho.Config) { c.MaxDelay = adaptertest.HeldDelay }))
 		return serve(t, e)
@@ -168,8 +172,8 @@ func TestDefaultErrorHandler(t *testing.T) {
 	if ct := w.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		t.Errorf("Content-Type %q, want JSON", ct)
 	}
-	var body tollgatehttp.ResponseBody
-	if err := json.Unmarshal([]byte(w.Body), &body); err != nil || body.Error != tollgatehttp.CodeRateLimited || body.RetryAfter != 1 || body.Policy != "three" {
+	var body adapterkit.Body
+	if err := json.Unmarshal([]byte(w.Body), &body); err != nil || body.Error != adapterkit.CodeRateLimited || body.RetryAfter != 1 || body.Policy != "three" {
 		t.Errorf("body %q (%v), want rate_limited by three, with retry_after 1", w.Body, err)
 	}
 
@@ -180,7 +184,9 @@ func TestDefaultErrorHandler(t *testing.T) {
 }
 
 // TestAppErrorHandler renders the denial with the application's own
-// HTTPErrorHandler, here as RFC 9457 problem details.
+// HTTPErrorHandler, here as RFC 9457 problem details, reading the body
+// through its JSON, as an application that does not import tollgate's
+// adapter kit does.
 func TestAppErrorHandler(t *testing.T) {
 	l, _, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(three))
 	e := newEcho()
@@ -191,7 +197,8 @@ func TestAppErrorHandler(t *testing.T) {
 			return
 		}
 		problem := map[string]any{"status": he.Code, "title": http.StatusText(he.Code)}
-		if body, ok := he.Message.(tollgatehttp.ResponseBody); ok {
+		var body struct{ Error, Message string }
+		if b, err := json.Marshal(he.Message); err == nil && json.Unmarshal(b, &body) == nil {
 			problem["type"] = "https://errors.example.com/" + body.Error
 			problem["detail"] = body.Message
 		}
@@ -251,11 +258,14 @@ func TestMissingTenantHandler(t *testing.T) {
 // TestInvalidConfig: ToMiddleware reports the mistake; MiddlewareWithConfig
 // hands it to the error handler as the 500's Internal error.
 func TestInvalidConfig(t *testing.T) {
-	if mw, err := (tollgateecho.Config{}).ToMiddleware(); !errors.Is(err, tollgatehttp.ErrNoLimiter) || mw != nil {
+	if mw, err := (tollgateecho.Config{}).ToMiddleware(); !errors.Is(err, adapterkit.ErrNoLimiter) || mw != nil {
 		t.Fatalf("ToMiddleware without a Limiter = %v, %v; want ErrNoLimiter", mw, err)
 	}
-	if _, err := (tollgateecho.Config{Limiter: &tollgate.Limiter{}, Budget: "no spaces"}).ToMiddleware(); err == nil {
-		t.Fatal("ToMiddleware with an invalid Budget: no error")
+	l, _, _ := adaptertest.NewLimiter(t, adaptertest.NewResolver(t))
+	for _, budget := range []string{"no spaces", "reprots"} {
+		if _, err := (tollgateecho.Config{Limiter: l, Budget: budget}).ToMiddleware(); err == nil || !strings.Contains(err.Error(), budget) {
+			t.Errorf("ToMiddleware with the Budget %q no plan has: %v, want an error naming it", budget, err)
+		}
 	}
 
 	adaptertest.CaptureDefaultLog(t)
@@ -270,7 +280,7 @@ func TestInvalidConfig(t *testing.T) {
 	if w.Status != http.StatusInternalServerError || strings.Contains(w.Body, "nil") {
 		t.Fatalf("status %d body %q, want 500 without the cause", w.Status, w.Body)
 	}
-	if !errors.Is(seen, tollgatehttp.ErrNoLimiter) {
+	if !errors.Is(seen, adapterkit.ErrNoLimiter) {
 		t.Errorf("the error handler saw %v, want the configuration error as Internal", seen)
 	}
 }

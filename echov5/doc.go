@@ -7,14 +7,15 @@
 // and either calls the next handler or returns an *Error, so that the
 // application's own HTTPErrorHandler renders the answer: 429 when a policy
 // of the tenant's plan is exhausted, 503 when the store is down under
-// tollgate.FailClosed, 401 when the request has no tenant, 400 when its
-// tenant ID is too long, and 500 when the Limiter is misconfigured (the
-// cause is logged, not sent).
+// tollgate.WithFailClosed, 401 when the request has no tenant, 400 when its
+// tenant ID is too long or holds a control character, and 500 when the
+// middleware or the Limiter is misconfigured (the cause is logged, not
+// sent).
 //
 // An *Error has the status code (echo.HTTPStatusCoder) and renders itself
-// as JSON (json.Marshaler), so echo.DefaultHTTPErrorHandler writes its
-// tollgatehttp.ResponseBody, and echo.ProblemDetailsHTTPErrorHandler an RFC
-// 9457 problem (echo.ProblemErrorer). The fields of Config mean what the
-// fields of tollgatehttp.Spec say, as in every tollgate adapter (Skipper is
-// Spec.Skip).
+// as JSON (json.Marshaler), so echo.DefaultHTTPErrorHandler writes the
+// body every tollgate adapter sends, and echo.ProblemDetailsHTTPErrorHandler
+// an RFC 9457 problem (echo.ProblemErrorer). The fields of Config mean what
+// the options of tollgatehttp.Middleware of the same names mean, as in
+// every tollgate adapter (Skipper is WithSkip).
 package tollgateechov5

@@ -99,7 +99,7 @@ func ExampleConfig_ToMiddleware() {
 	_, err := tollgateechov5.Config{}.ToMiddleware()
 	fmt.Println(err)
 	// Output:
-	// tollgatehttp: the Limiter is nil
+	// tollgate middleware: the Limiter is nil
 }
 
 // An application's own error handler finds the middleware's answer with

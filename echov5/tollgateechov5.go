@@ -1,7 +1,6 @@
 package tollgateechov5
 
 import (
-	"context"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
@@ -26,7 +26,8 @@ type Config struct {
 	Limiter *tollgate.Limiter
 
 	// Tenant finds the tenant of a request (default: the
-	// tollgatehttp.DefaultTenantHeader header). It should come from the
+	// tollgatehttp.DefaultTenantHeader header); "" means it has none. It
+	// should come from the
 	// authenticated principal, as TenantFromContext reads it: a bare
 	// header lets any client spend any tenant's budget.
 	Tenant func(c *echo.Context) string
@@ -39,36 +40,37 @@ type Config struct {
 	// Cost; a result < 1 counts as 1.
 	CostFunc func(c *echo.Context) int64
 
-	// Route names the route in events, logs and metrics (default:
+	// Route names the route in logs and metrics (default:
 	// c.Path(), the route pattern Echo matched).
 	Route func(c *echo.Context) string
 
 	// Budget, if set, makes every request also draw from the budget of
-	// that name in its tenant's plan (see tollgate.Policy).
+	// that name in its tenant's plan (see tollgate.Policy). A budget that
+	// no plan has, when the Limiter's resolver knows its plans, is a
+	// configuration error, as a nil Limiter is.
 	Budget string
 
 	// MaxDelay, if > 0, holds a request that its tenant's policies would
 	// allow within MaxDelay and then serves it, instead of answering 429:
 	// a client slightly over its rate is slowed down rather than
 	// bounced. A request that would wait longer is answered at once. See
-	// tollgatehttp.Spec.MaxDelay.
+	// tollgatehttp.WithMaxDelay.
 	MaxDelay time.Duration
 
 	// MaxHeld bounds the requests of one tenant held at once under
-	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
-	// is answered at once.
+	// MaxDelay (0 means 16); past it, a request is answered at once.
 	MaxHeld int
 
 	// DenyHandler, if set, answers a denied request instead of the
-	// default *Error carrying tollgatehttp.DenialStatus and DenialBody.
-	// The rate-limit headers, Retry-After included, are set when it is
-	// called. It writes a response or returns an error for the
+	// default *Error: 429 (or 503) with the body that
+	// tollgatehttp.WriteDenial writes. The rate-limit headers, Retry-After
+	// included, are set when it is called. It writes a response or returns an error for the
 	// HTTPErrorHandler.
 	DenyHandler func(c *echo.Context, d tollgate.Decision) error
 
 	// MissingTenantHandler, if set, answers a request without a tenant
-	// instead of the default *Error 401 carrying
-	// tollgatehttp.MissingTenantBody. Returning next(c) lets the request
+	// instead of the default *Error 401, whose body's error is
+	// "missing_tenant". Returning next(c) lets the request
 	// through unlimited.
 	MissingTenantHandler func(c *echo.Context, next echo.HandlerFunc) error
 }
@@ -92,7 +94,7 @@ func Middleware(l *tollgate.Limiter) echo.MiddlewareFunc {
 // MiddlewareWithConfig returns middleware configured by cfg.
 //
 // Unlike Echo's own middleware it does not panic on an invalid cfg (a nil
-// Limiter, an invalid Budget name): it logs the mistake at once, on slog's
+// Limiter, a Budget no plan has): it logs the mistake at once, on slog's
 // default logger, and the middleware it returns fails every request with a
 // 500 *Error whose Internal error names the mistake. Use Config.ToMiddleware
 // to get the error instead.
@@ -104,20 +106,10 @@ func MiddlewareWithConfig(cfg Config) echo.MiddlewareFunc {
 	return mw
 }
 
-// framework tells tollgatehttp how to read an Echo request. Build asks for
-// the default tenant header by its canonical name, which Header.Get finds
-// without allocating.
-var framework = tollgatehttp.Framework[*echo.Context]{
-	Context: func(c *echo.Context) context.Context { return c.Request().Context() },
-	Method:  func(c *echo.Context) string { return c.Request().Method },
-	Header:  func(c *echo.Context, name string) string { return tollgatehttp.HeaderValue(c.Request().Header, name) },
-	Route:   (*echo.Context).Path,
-}
-
 // ToMiddleware returns middleware configured by c, or an error if c can not
 // work. The Limiter's store is called with c.Request().Context().
 func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
-	h, err := tollgatehttp.Build(tollgatehttp.Spec[*echo.Context]{
+	h, err := adapterkit.Build(adapterkit.Spec[*echo.Context]{
 		Limiter:  c.Limiter,
 		Tenant:   c.Tenant,
 		Cost:     c.Cost,
@@ -127,7 +119,7 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 		Budget:   c.Budget,
 		MaxDelay: c.MaxDelay,
 		MaxHeld:  c.MaxHeld,
-	}, framework)
+	}, adapterkit.Framework{})
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +129,7 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 
 type limiter struct {
 	cfg Config
-	h   *tollgatehttp.Handler[*echo.Context]
+	h   *adapterkit.Handler[*echo.Context]
 }
 
 func (m *limiter) wrap(next echo.HandlerFunc) echo.HandlerFunc {
@@ -147,19 +139,20 @@ func (m *limiter) wrap(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 func (m *limiter) serve(c *echo.Context, next echo.HandlerFunc) error {
-	var a tollgatehttp.Answer
-	if !m.h.Decide(c, &a) {
+	// The headers are set before any answer, so that they reach the
+	// client whether the handler or the error handler writes the
+	// response; straight into the header map, as the names are canonical
+	// already.
+	r, h := c.Request(), c.Response().Header()
+	call := adapterkit.Call{Context: r.Context(), Method: r.Method, Route: c.Path(), Header: r.Header}
+	a := m.h.Decide(c, &call, adapterkit.Headers{Map: h})
+	if a == nil {
 		return next(c)
 	}
-	// Set before any answer, so that they reach the client whether the
-	// handler or the error handler writes the response; straight into the
-	// header map, as the names are canonical already.
-	h := c.Response().Header()
-	tollgatehttp.WriteHeaders(h, &a.Decision)
-	if a.Status == 0 {
-		return next(c)
-	}
+	defer a.Release()
 	switch {
+	case a.Status == 0:
+		return next(c)
 	case a.Denied() && m.cfg.DenyHandler != nil:
 		return m.cfg.DenyHandler(c, a.Decision)
 	case a.MissingTenant() && m.cfg.MissingTenantHandler != nil:
@@ -180,9 +173,9 @@ var nosniff = []string{"nosniff"}
 // own. The rate-limit headers are set on the response before it is
 // returned.
 type Error struct {
-	Code     int                       // the HTTP status: 429, 503, 401, 400 or 500
-	Body     tollgatehttp.ResponseBody // what to send; never internal error text
-	Internal error                     // the configuration mistake of a 500, for logs; nil otherwise
+	Code     int             // the HTTP status: 429, 503, 401, 400 or 500
+	Body     adapterkit.Body // what to send, the JSON body of every tollgate adapter; never internal error text
+	Internal error           // the configuration mistake of a 500, for logs; nil otherwise
 }
 
 // Error describes e for logs, with the Internal error if there is one.
@@ -202,10 +195,7 @@ func (e *Error) Unwrap() error { return e.Internal }
 
 // MarshalJSON returns e.Body as JSON, which is how the default error
 // handler sends e.
-func (e *Error) MarshalJSON() ([]byte, error) {
-	b := e.Body.AppendJSON(make([]byte, 0, 160))
-	return b[:len(b)-1], nil // less AppendJSON's newline
-}
+func (e *Error) MarshalJSON() ([]byte, error) { return e.Body.MarshalJSON() }
 
 // ProblemError returns e as an RFC 9457 problem, for
 // echo.ProblemDetailsHTTPErrorHandler: the status and, as the detail, the
@@ -219,7 +209,7 @@ func (e *Error) ProblemError() *echo.ProblemError {
 // from the authenticated principal.
 func TenantFromHeader(name string) func(*echo.Context) string {
 	key := http.CanonicalHeaderKey(name)
-	return func(c *echo.Context) string { return tollgatehttp.HeaderValue(c.Request().Header, key) }
+	return func(c *echo.Context) string { return adapterkit.HeaderValue(c.Request().Header, key) }
 }
 
 // TenantFromContext returns a tenant function for Config.Tenant that reads
@@ -229,13 +219,12 @@ func TenantFromHeader(name string) func(*echo.Context) string {
 // middleware before the limiter.
 func TenantFromContext(key string) func(*echo.Context) string {
 	return func(c *echo.Context) string {
-		return tollgatehttp.TenantString(c.Get(key))
+		return adapterkit.TenantString(c.Get(key))
 	}
 }
 
 // TenantFromClientIP returns a tenant function for Config.Tenant that keys
-// each request by its client address, grouped by tollgatehttp.IPKey (an
-// IPv6 client by its /64). The address is the TCP peer's unless the peer is
+// each request by its client address (an IPv6 client by its /64). The address is the TCP peer's unless the peer is
 // one of trustedProxies: only then are X-Forwarded-For and X-Real-IP
 // believed, read from the right (see tollgatehttp.ClientIP). It ignores the
 // Echo instance's IPExtractor.
@@ -248,10 +237,10 @@ func TenantFromClientIP(trustedProxies ...netip.Prefix) func(*echo.Context) stri
 // request with 500, so that a configuration mistake is loud at start-up and
 // in the first test without crashing the process.
 func misconfigured(err error) echo.MiddlewareFunc {
-	tollgatehttp.LogMisconfiguration(err)
+	adapterkit.LogMisconfiguration(err)
 	return func(echo.HandlerFunc) echo.HandlerFunc {
 		return func(*echo.Context) error {
-			return &Error{Code: http.StatusInternalServerError, Body: tollgatehttp.InternalErrorBody, Internal: err}
+			return &Error{Code: http.StatusInternalServerError, Body: adapterkit.InternalErrorBody, Internal: err}
 		}
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/labstack/echo/v5"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgateechov5 "github.com/tollgate-go/tollgate/echov5"
 )
 
@@ -36,7 +36,8 @@ const tenantKey = "tenant"
 // header in the Echo context.
 func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		if tenant := c.Request().Header.Get(tollgatehttp.DefaultTenantHeader); tenant != "" {
+		h := c.Request().Header
+		if tenant := adaptertest.Tenant(h.Get("X-Tenant-ID"), h.Get(adaptertest.EscapedTenantHeader)); tenant != "" {
 			c.Set(tenantKey, tenant)
 		}
 		return next(c)
@@ -66,7 +67,10 @@ func TestConformance(t *testing.T) {
 				return c.JSON(http.StatusTeapot, map[string]string{"denied": d.Tenant})
 			}
 		}))
-		e.GET("/reports/:id", ok, with(func(c *tollgateechov5.Config) { c.Budget = adaptertest.Budget }))
+		e.GET("/public", ok, with(func(c *tollgateechov5.Config) {
+			c.MissingTenantHandler = func(c *echo.Context, next echo.HandlerFunc) error { return next(c) }
+		}))
+		e.GET("/reports/:id", ok, with(func(c *tollgateechov5.Config) { c.Budget = s.Budget }))
 		e.GET("/by-header", ok, tollgateechov5.Middleware(s.Limiter))
 		e.GET("/held", ok, with(func(c *tollgateechov5.Config) { c.MaxDelay = adaptertest.HeldDelay }))
 		return serve(t, e)
@@ -74,7 +78,7 @@ func TestConformance(t *testing.T) {
 }
 
 // newLimiter returns a Limiter of burst requests per tenant, refilled at
-// one a minute on a stopped clock, that records its throttle events.
+// one a minute on a stopped clock, that records its throttled decisions.
 func newLimiter(t *testing.T, burst int64) (*tollgate.Limiter, *adaptertest.Events) {
 	plan := tollgate.Plan{Name: "test", Limit: tollgate.Limit{Rate: 1.0 / 60, Burst: burst}}
 	l, ev, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(plan))
@@ -150,11 +154,11 @@ func TestErrorHandler(t *testing.T) {
 		base := serve(t, e)
 		get(t, base+"/hello", "X-Tenant-ID", "acme")
 		r := get(t, base+"/hello", "X-Tenant-ID", "acme")
-		var body tollgatehttp.ResponseBody
+		var body adapterkit.Body
 		if err := json.Unmarshal([]byte(r.body), &body); err != nil || r.status != http.StatusTooManyRequests {
 			t.Fatalf("status %d body %q: %v", r.status, r.body, err)
 		}
-		want := tollgatehttp.ResponseBody{Error: tollgatehttp.CodeRateLimited, Message: "rate limit exceeded (test): retry in 60s", RetryAfter: 60, Policy: "test"}
+		want := adapterkit.Body{Error: adapterkit.CodeRateLimited, Message: "rate limit exceeded (test): retry in 60s", RetryAfter: 60, Policy: "test"}
 		if body != want {
 			t.Errorf("body %+v, want %+v", body, want)
 		}
@@ -190,12 +194,14 @@ func TestErrorHandler(t *testing.T) {
 // TestMisconfigured covers what the kit's NilLimiter case does not: the
 // error of ToMiddleware, and the cause kept in the *Error for the logs.
 func TestMisconfigured(t *testing.T) {
-	if _, err := (tollgateechov5.Config{}).ToMiddleware(); !errors.Is(err, tollgatehttp.ErrNoLimiter) {
+	if _, err := (tollgateechov5.Config{}).ToMiddleware(); !errors.Is(err, adapterkit.ErrNoLimiter) {
 		t.Errorf("ToMiddleware without a Limiter: %v, want ErrNoLimiter", err)
 	}
 	l, _ := newLimiter(t, 1)
-	if _, err := (tollgateechov5.Config{Limiter: l, Budget: "no spaces"}).ToMiddleware(); err == nil || !strings.Contains(err.Error(), "Budget") {
-		t.Errorf("ToMiddleware with an invalid budget: %v, want an error naming Budget", err)
+	for _, budget := range []string{"no spaces", "reprots"} {
+		if _, err := (tollgateechov5.Config{Limiter: l, Budget: budget}).ToMiddleware(); err == nil || !strings.Contains(err.Error(), "Budget") {
+			t.Errorf("ToMiddleware with the budget %q: %v, want an error naming Budget", budget, err)
+		}
 	}
 
 	logged := adaptertest.CaptureDefaultLog(t)
@@ -216,11 +222,11 @@ func TestMisconfigured(t *testing.T) {
 	base := serve(t, e)
 	for range 3 {
 		r := get(t, base+"/hello", "X-Tenant-ID", "acme")
-		if r.status != http.StatusInternalServerError || !strings.Contains(r.body, tollgatehttp.CodeInternalError) || strings.Contains(r.body, "nil") {
-			t.Fatalf("status %d body %q, want 500 with %q and no internal text", r.status, r.body, tollgatehttp.CodeInternalError)
+		if r.status != http.StatusInternalServerError || !strings.Contains(r.body, adapterkit.CodeInternalError) || strings.Contains(r.body, "nil") {
+			t.Fatalf("status %d body %q, want 500 with %q and no internal text", r.status, r.body, adapterkit.CodeInternalError)
 		}
 	}
-	if !errors.Is(seen, tollgatehttp.ErrNoLimiter) {
+	if !errors.Is(seen, adapterkit.ErrNoLimiter) {
 		t.Errorf("the error returned is %v, want one that wraps ErrNoLimiter for the logs", seen)
 	}
 	if n := logged.Count("misconfigured"); n != 1 {

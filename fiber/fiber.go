@@ -7,19 +7,20 @@
 //	app.Post("/reports", tollgatefiber.New(tollgatefiber.Config{Limiter: l, Cost: 10}), createReport)
 //
 // It sets the rate-limit headers on every limited response, answers a denied
-// request with 429 (or 503 under tollgate.FailClosed when the store is down)
-// and a JSON body through c.JSON, and passes allowed requests on with c.Next.
-// The fields mean what the fields of tollgatehttp.Spec say, as in every
-// tollgate adapter (Next is Spec.Skip).
+// request with 429 (or 503 under tollgate.WithFailClosed when the store is
+// down) and a JSON body through c.JSON, a request without a tenant with 401
+// and one whose tenant ID is too long or holds a control character with
+// 400, and passes allowed requests on with c.Next. The fields mean what the
+// options of tollgatehttp.Middleware of the same names mean, as in every
+// tollgate adapter (Next is WithSkip, LimitReached WithDenyHandler).
 //
 // Fiber reuses the memory behind the strings it hands out once a request
 // ends. The middleware copies the tenant ID and the method before the
-// Limiter sees them, so the strings in a Decision, a ThrottleEvent or a
-// store key stay intact; Tenant functions need not copy.
+// Limiter sees them, so the strings in a Decision or a store key stay
+// intact; Tenant functions need not copy.
 package tollgatefiber
 
 import (
-	"context"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -29,7 +30,7 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
 // Config configures the middleware New returns. Only Limiter is required.
@@ -43,7 +44,7 @@ type Config struct {
 	Next func(c *fiber.Ctx) bool
 
 	// Tenant returns the tenant of a request, or "" when it has none
-	// (default: the tollgatehttp.DefaultTenantHeader header). In
+	// (default: the X-Tenant-ID header). In
 	// production the tenant should come from the authenticated principal:
 	// see TenantFromContext. The middleware copies the result, which may
 	// point into Fiber's buffers.
@@ -56,7 +57,7 @@ type Config struct {
 	// Cost; a result < 1 counts as 1.
 	CostFunc func(c *fiber.Ctx) int64
 
-	// Route names the route in events, logs and metrics (default
+	// Route names the route in logs and metrics (default
 	// c.Route().Path). Under app.Use or a Group that is the middleware's
 	// prefix, as Fiber matches the final route only after the middleware
 	// has run; register the middleware on the route itself for the full
@@ -64,30 +65,31 @@ type Config struct {
 	Route func(c *fiber.Ctx) string
 
 	// Budget, if set, makes every request also draw from the budget of
-	// that name in its tenant's plan (see tollgate.Policy).
+	// that name in its tenant's plan (see tollgate.Policy). A budget that
+	// no plan has, when the Limiter's resolver knows its plans, is a
+	// configuration error, as a missing Limiter is.
 	Budget string
 
 	// MaxDelay, if > 0, holds a request that its tenant's policies would
 	// allow within MaxDelay and then serves it, instead of answering 429:
 	// a client slightly over its rate is slowed down rather than
 	// bounced. A request that would wait longer is answered at once. See
-	// tollgatehttp.Spec.MaxDelay. Fiber's request context (c.UserContext)
+	// tollgatehttp.WithMaxDelay. Fiber's request context (c.UserContext)
 	// does not end when the client goes away, so a held request is
 	// served at its time even then.
 	MaxDelay time.Duration
 
 	// MaxHeld bounds the requests of one tenant held at once under
-	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
-	// is answered at once.
+	// MaxDelay (0 means 16); past it, a request is answered at once.
 	MaxHeld int
 
-	// LimitReached answers a denied request (default: DenialStatus with
-	// DenialBody as JSON). The rate-limit headers, Retry-After included,
-	// are already set.
+	// LimitReached answers a denied request (default: 429, or 503, with
+	// the JSON body of every tollgate adapter through c.JSON). The
+	// rate-limit headers, Retry-After included, are already set.
 	LimitReached func(c *fiber.Ctx, d tollgate.Decision) error
 
 	// MissingTenant answers a request without a tenant (default: 401 with
-	// tollgatehttp.MissingTenantBody). To let such requests through, pass
+	// a JSON body whose error is "missing_tenant"). To let such requests through, pass
 	// a handler that calls c.Next, or exempt them with Next.
 	MissingTenant fiber.Handler
 }
@@ -97,31 +99,19 @@ type Config struct {
 // from c.Route().Path. It has no Limiter.
 var ConfigDefault = Config{Cost: 1}
 
-// framework tells tollgatehttp how to read a Fiber request, copying what
-// the Limiter may keep.
-var framework = tollgatehttp.Framework[*fiber.Ctx]{
-	Context: func(c *fiber.Ctx) context.Context { return c.UserContext() },
-	Method:  func(c *fiber.Ctx) string { return method(c.Method()) },
-	Header: func(c *fiber.Ctx, name string) string {
-		return string(c.Request().Header.Peek(name))
-	},
-	Route:      func(c *fiber.Ctx) string { return c.Route().Path },
-	CopyTenant: true,
-}
-
 // New returns middleware that limits each request with config.Limiter; see
 // Config for the defaults.
 //
 // A Config without a Limiter is a configuration error that New logs at
 // once, with slog.Default; the handler then answers every request 500 with
-// tollgatehttp.InternalErrorBody rather than panic or let requests through
-// unlimited.
+// a JSON body whose error is "internal_error", rather than panic or let
+// requests through unlimited. A budget no plan has is treated the same way.
 func New(config ...Config) fiber.Handler {
 	cfg := ConfigDefault
 	if len(config) > 0 {
 		cfg = config[0]
 	}
-	h, err := tollgatehttp.Build(tollgatehttp.Spec[*fiber.Ctx]{
+	h, err := adapterkit.Build(adapterkit.Spec[*fiber.Ctx]{
 		Limiter:  cfg.Limiter,
 		Tenant:   cfg.Tenant,
 		Cost:     cfg.Cost,
@@ -131,27 +121,31 @@ func New(config ...Config) fiber.Handler {
 		Budget:   cfg.Budget,
 		MaxDelay: cfg.MaxDelay,
 		MaxHeld:  cfg.MaxHeld,
-	}, framework)
+	}, adapterkit.Framework{CopyTenant: true})
 	if err != nil {
-		tollgatehttp.LogMisconfiguration(err)
+		adapterkit.LogMisconfiguration(err)
 		return func(c *fiber.Ctx) error {
-			return c.Status(http.StatusInternalServerError).JSON(tollgatehttp.InternalErrorBody)
+			return c.Status(http.StatusInternalServerError).JSON(adapterkit.InternalErrorBody)
 		}
 	}
 	return func(c *fiber.Ctx) error { return cfg.handle(h, c) }
 }
 
-func (cfg *Config) handle(h *tollgatehttp.Handler[*fiber.Ctx], c *fiber.Ctx) error {
-	var a tollgatehttp.Answer
-	if !h.Decide(c, &a) {
-		return c.Next()
-	}
+func (cfg *Config) handle(h *adapterkit.Handler[*fiber.Ctx], c *fiber.Ctx) error {
 	// SetCanonical, as tollgate's header names are in fasthttp's canonical
 	// form already: c.Set would copy and normalise each name first.
 	rh := &c.Response().Header
-	tollgatehttp.VisitHeaders(&a.Decision, func(name, value string) {
-		rh.SetCanonical(utils.UnsafeBytes(name), utils.UnsafeBytes(value))
-	})
+	set := func(name, value string) { rh.SetCanonical(utils.UnsafeBytes(name), utils.UnsafeBytes(value)) }
+	call := adapterkit.Call{Context: c.UserContext(), Method: method(c.Method()), Route: c.Route().Path}
+	if cfg.Tenant == nil {
+		// A copy, as the Limiter may keep the tenant.
+		call.Tenant = string(c.Request().Header.Peek(adapterkit.TenantHeader))
+	}
+	a := h.Decide(c, &call, adapterkit.Headers{Set: set})
+	if a == nil {
+		return c.Next()
+	}
+	defer a.Release()
 	switch {
 	case a.Status == 0:
 		return c.Next()
@@ -201,13 +195,12 @@ func TenantFromHeader(name string) func(c *fiber.Ctx) string {
 // missing tenant.
 func TenantFromContext(key any) func(c *fiber.Ctx) string {
 	return func(c *fiber.Ctx) string {
-		return tollgatehttp.TenantString(c.Locals(key))
+		return adapterkit.TenantString(c.Locals(key))
 	}
 }
 
 // TenantFromClientIP returns a Config.Tenant function that keys each request
-// by its client address, grouped by tollgatehttp.IPKey (an IPv6 client by
-// its /64): the TCP peer, unless the peer is one of trustedProxies; only
+// by its client address (an IPv6 client by its /64): the TCP peer, unless the peer is one of trustedProxies; only
 // then are X-Forwarded-For and X-Real-IP read, from the right, skipping
 // trusted proxies, so that a client can not pick its own address. It
 // ignores the app's ProxyHeader settings.
@@ -219,8 +212,8 @@ func TenantFromClientIP(trustedProxies ...netip.Prefix) func(c *fiber.Ctx) strin
 			fwd = append(fwd, utils.UnsafeString(v))
 		}
 		realIP := utils.UnsafeString(c.Request().Header.Peek("X-Real-Ip"))
-		if ip := tollgatehttp.ForwardedClientIP(peer, fwd, realIP, trustedProxies); ip.IsValid() {
-			return tollgatehttp.IPKey(ip)
+		if ip := adapterkit.ForwardedClientIP(peer, fwd, realIP, trustedProxies); ip.IsValid() {
+			return adapterkit.IPKey(ip)
 		}
 		return ""
 	}

@@ -13,12 +13,16 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgatefiber "github.com/tollgate-go/tollgate/fiber"
 )
 
 func ok(c *fiber.Ctx) error { return c.SendString("ok") }
+
+// next is the kit's missing-tenant answer in Fiber's idiom: the request
+// goes on, unlimited.
+func next(c *fiber.Ctx) error { return c.Next() }
 
 func teapot(c *fiber.Ctx, d tollgate.Decision) error {
 	return c.Status(fiber.StatusTeapot).JSON(fiber.Map{"denied": d.Tenant})
@@ -58,7 +62,7 @@ func newApp(cfg ...fiber.Config) *fiber.App {
 // buffer, as c.Get returns it, which Fiber reuses for the next request on
 // the connection.
 func authenticate(c *fiber.Ctx) error {
-	if tenant := c.Get(tollgatehttp.DefaultTenantHeader); tenant != "" {
+	if tenant := adaptertest.Tenant(c.Get("X-Tenant-ID"), c.Get(adaptertest.EscapedTenantHeader)); tenant != "" {
 		c.Locals(adaptertest.TenantKey{}, tenant)
 	}
 	return c.Next()
@@ -80,7 +84,8 @@ func TestConformance(t *testing.T) {
 		app.Get("/skipped", limit, ok)
 		app.Get("/costly", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, Cost: 5}), ok)
 		app.Get("/custom", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, LimitReached: teapot}), ok)
-		app.Get("/reports/:id", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, Budget: adaptertest.Budget}), ok)
+		app.Get("/public", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MissingTenant: next}), ok)
+		app.Get("/reports/:id", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, Budget: s.Budget}), ok)
 		app.Get("/by-header", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter}), ok)
 		app.Get("/held", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MaxDelay: adaptertest.HeldDelay}), ok)
 		return serve(t, app)
@@ -98,10 +103,10 @@ func TestConformanceUse(t *testing.T) {
 			Limiter: s.Limiter,
 			Tenant:  byTenant,
 			Next: func(c *fiber.Ctx) bool {
-				// The reports, by-header and held routes have
-				// middleware of their own.
+				// The reports, public, by-header and held routes
+				// have middleware of their own.
 				p := c.Path()
-				return p == "/skipped" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
 			},
 			CostFunc: func(c *fiber.Ctx) int64 {
 				if c.Path() == "/costly" {
@@ -113,15 +118,19 @@ func TestConformanceUse(t *testing.T) {
 				if c.Path() == "/custom" {
 					return teapot(c, d)
 				}
-				return c.Status(tollgatehttp.DenialStatus(&d)).JSON(tollgatehttp.DenialBody(&d))
+				status, body := adapterkit.Denial(&d)
+				return c.Status(status).JSON(body)
 			},
 		}))
 		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom"} {
 			app.Get(p, ok)
 		}
 		reports := app.Group("/reports")
-		reports.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, Budget: adaptertest.Budget}))
+		reports.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, Budget: s.Budget}))
 		reports.Get("/:id", ok)
+		public := app.Group("/public")
+		public.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MissingTenant: next}))
+		public.Get("", ok)
 		byHeader := app.Group("/by-header")
 		byHeader.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter}))
 		byHeader.Get("", ok)
@@ -143,8 +152,8 @@ func TestClientIP(t *testing.T) {
 	})
 }
 
-// TestKeptStringsSurvive keeps the tenant and method of throttle events and
-// of LimitReached's Decision, then sends more requests on the same
+// TestKeptStringsSurvive keeps the tenant and method of throttled decisions
+// and of LimitReached's Decision, then sends more requests on the same
 // connection, which reuse the buffers those strings were read from.
 func TestKeptStringsSurvive(t *testing.T) {
 	for _, tc := range []struct {
@@ -187,11 +196,11 @@ func TestKeptStringsSurvive(t *testing.T) {
 			}
 			es := ev.All()
 			if len(es) < len(tenants) {
-				t.Fatalf("%d events, want at least %d", len(es), len(tenants))
+				t.Fatalf("%d throttled decisions, want at least %d", len(es), len(tenants))
 			}
 			for i, tenant := range tenants {
 				if es[i].Tenant != tenant || es[i].Method != "PURGE" {
-					t.Errorf("event %d: tenant %q method %q, want %q PURGE", i, es[i].Tenant, es[i].Method, tenant)
+					t.Errorf("throttled decision %d: tenant %q method %q, want %q PURGE", i, es[i].Tenant, es[i].Method, tenant)
 				}
 				if kept[i] != tenant {
 					t.Errorf("LimitReached decision %d: tenant %q, want %q", i, kept[i], tenant)
@@ -202,8 +211,8 @@ func TestKeptStringsSurvive(t *testing.T) {
 }
 
 // TestRouteNames registers the middleware on the app, a group and a single
-// route, and checks where the limit applies and the route that throttle
-// events report: Fiber names the middleware's own prefix until it has
+// route, and checks where the limit applies and the route that throttled
+// decisions report: Fiber names the middleware's own prefix until it has
 // matched the final route, which happens after app.Use and group
 // middleware run.
 func TestRouteNames(t *testing.T) {
@@ -250,7 +259,7 @@ func TestRouteNames(t *testing.T) {
 			adaptertest.Drain(t, 2, "GET", base+tc.path, "X-Tenant-ID", "acme")
 			e := ev.Last(t)
 			if e.Route != tc.want || e.Method != "GET" || e.Tenant != "acme" {
-				t.Errorf("event route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
+				t.Errorf("throttled on route %q method %q tenant %q, want %q GET acme", e.Route, e.Method, e.Tenant, tc.want)
 			}
 			if tc.free != "" {
 				for range 5 {
@@ -321,10 +330,10 @@ func TestNewWithoutConfig(t *testing.T) {
 	app.Get("/hello", ok)
 	base := serve(t, app)
 	status, body := adaptertest.Get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
-	if status != http.StatusInternalServerError || !strings.Contains(body, tollgatehttp.CodeInternalError) {
+	if status != http.StatusInternalServerError || !strings.Contains(body, adapterkit.CodeInternalError) {
 		t.Errorf("status %d body %q, want 500 internal_error", status, body)
 	}
-	if !strings.Contains(logs.String(), tollgatehttp.ErrNoLimiter.Error()) {
+	if !strings.Contains(logs.String(), adapterkit.ErrNoLimiter.Error()) {
 		t.Errorf("nothing logged naming the missing Limiter:\n%s", logs)
 	}
 }

@@ -1,17 +1,17 @@
 package tollgatefiberv3_test
 
 import (
-	"context"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/valyala/fasthttp"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/memory"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	"github.com/tollgate-go/tollgate/core/storetest"
 	tollgatefiberv3 "github.com/tollgate-go/tollgate/fiberv3"
 )
 
@@ -23,16 +23,12 @@ import (
 // it without -race.
 func TestAllocs(t *testing.T) {
 	plan := tollgate.Plan{Name: "big", Limit: tollgate.Limit{Rate: 1e6, Burst: 1e9}}
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
+	l, err := tollgate.New(storetest.NewModelStore(time.Now), tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	decision := adaptertest.AllocsPerRun(t, 200, func() {
-		var a tollgatehttp.Answer
-		r := tollgate.Request{Tenant: "acme", Method: fiber.MethodGet}
-		tollgatehttp.Decide(ctx, l, &r, &a)
-		tollgatehttp.VisitHeaders(&a.Decision, func(string, string) {})
+	decision := adaptertest.DecisionAllocs(t, l, func(d *tollgate.Decision) {
+		adapterkit.VisitHeaders(d, func(string, string) {})
 	})
 	serve := func(mw ...fiber.Handler) float64 {
 		app := fiber.New()
@@ -44,14 +40,14 @@ func TestAllocs(t *testing.T) {
 		var req fasthttp.Request
 		req.Header.SetMethod(fasthttp.MethodGet)
 		req.SetRequestURI("/x")
-		req.Header.Set(tollgatehttp.DefaultTenantHeader, "acme")
+		req.Header.Set(adapterkit.TenantHeader, "acme")
 		var rc fasthttp.RequestCtx
 		rc.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
 		allocs := adaptertest.AllocsPerRun(t, 200, func() {
 			rc.Response.Reset()
 			handler(&rc)
 		})
-		if rc.Response.StatusCode() != fiber.StatusOK || len(mw) > 0 && len(rc.Response.Header.Peek(tollgatehttp.HeaderRemaining)) == 0 {
+		if rc.Response.StatusCode() != fiber.StatusOK || len(mw) > 0 && len(rc.Response.Header.Peek(adapterkit.HeaderRemaining)) == 0 {
 			t.Fatalf("status %d, headers\n%s\nwant 200 with rate-limit headers", rc.Response.StatusCode(), rc.Response.Header.String())
 		}
 		return allocs

@@ -9,15 +9,17 @@
 // It sets the rate-limit headers on every limited response, straight into
 // fasthttp's response header, and either passes the request on with c.Next
 // or answers it with c.JSON: 429 when a policy of the tenant's plan is
-// exhausted, 503 when the store is down under tollgate.FailClosed, 401 when
-// the request has no tenant, 400 when its tenant ID is too long, and 500
-// when the Limiter is misconfigured (the cause is logged, not sent). The
-// fields of Config mean what the fields of tollgatehttp.Spec say, as in
-// every tollgate adapter (Next is Spec.Skip).
+// exhausted, 503 when the store is down under tollgate.WithFailClosed, 401
+// when the request has no tenant, 400 when its tenant ID is too long or
+// holds a control character, and 500 when the middleware or the Limiter
+// is misconfigured (the cause is logged, not sent). The fields of Config
+// mean what the options of tollgatehttp.Middleware of the same names mean,
+// as in every tollgate adapter (Next is WithSkip, LimitReached
+// WithDenyHandler).
 //
 // Fiber reuses the memory behind the strings it hands out once a request
 // ends. The middleware copies the tenant ID before the Limiter sees it, so
-// the strings in a Decision, a ThrottleEvent or a store key stay intact;
-// Tenant functions need not copy. The method and route strings Fiber v3
+// the strings in a Decision or a store key stay intact; Tenant functions
+// need not copy. The method and route strings Fiber v3
 // returns belong to the app and outlive the request.
 package tollgatefiberv3

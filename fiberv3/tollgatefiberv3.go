@@ -1,7 +1,6 @@
 package tollgatefiberv3
 
 import (
-	"context"
 	"net/http"
 	"net/netip"
 	"time"
@@ -10,7 +9,7 @@ import (
 	"github.com/gofiber/fiber/v3"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
 // Config configures the middleware New returns. Only Limiter is required;
@@ -26,7 +25,7 @@ type Config struct {
 	Limiter *tollgate.Limiter
 
 	// Tenant returns the tenant of a request, or "" when it has none
-	// (default: the tollgatehttp.DefaultTenantHeader header). In
+	// (default: the X-Tenant-ID header). In
 	// production the tenant should come from the authenticated principal:
 	// see TenantFromContext. The middleware copies the result, which may
 	// point into Fiber's buffers.
@@ -40,7 +39,7 @@ type Config struct {
 	// Cost; a result < 1 counts as 1.
 	CostFunc func(c fiber.Ctx) int64
 
-	// Route names the route in events, logs and metrics (default
+	// Route names the route in logs and metrics (default
 	// c.FullPath()). Under app.Use or a Group that is the middleware's
 	// prefix, as Fiber matches the final route only after the middleware
 	// has run; register the middleware on the route itself for the full
@@ -48,30 +47,31 @@ type Config struct {
 	Route func(c fiber.Ctx) string
 
 	// Budget, if set, makes every request also draw from the budget of
-	// that name in its tenant's plan (see tollgate.Policy).
+	// that name in its tenant's plan (see tollgate.Policy). A budget that
+	// no plan has, when the Limiter's resolver knows its plans, is a
+	// configuration error, as a missing Limiter is.
 	Budget string
 
 	// MaxDelay, if > 0, holds a request that its tenant's policies would
 	// allow within MaxDelay and then serves it, instead of answering 429:
 	// a client slightly over its rate is slowed down rather than
 	// bounced. A request that would wait longer is answered at once. See
-	// tollgatehttp.Spec.MaxDelay. Fiber's request context (c.Context())
+	// tollgatehttp.WithMaxDelay. Fiber's request context (c.Context())
 	// does not end when the client goes away, so a held request is
 	// served at its time even then.
 	MaxDelay time.Duration
 
 	// MaxHeld bounds the requests of one tenant held at once under
-	// MaxDelay (0 means tollgatehttp.DefaultMaxHeld); past it, a request
-	// is answered at once.
+	// MaxDelay (0 means 16); past it, a request is answered at once.
 	MaxHeld int
 
-	// LimitReached answers a denied request (default:
-	// tollgatehttp.DenialStatus with DenialBody as JSON). The rate-limit
-	// headers, Retry-After included, are already set.
+	// LimitReached answers a denied request (default: 429, or 503, with
+	// the JSON body of every tollgate adapter through c.JSON). The
+	// rate-limit headers, Retry-After included, are already set.
 	LimitReached func(c fiber.Ctx, d tollgate.Decision) error
 
 	// MissingTenant answers a request without a tenant (default: 401 with
-	// tollgatehttp.MissingTenantBody). To let such requests through, pass
+	// a JSON body whose error is "missing_tenant"). To let such requests through, pass
 	// a handler that calls c.Next, or exempt them with Next.
 	MissingTenant fiber.Handler
 }
@@ -82,32 +82,20 @@ type Config struct {
 // has no Limiter.
 var ConfigDefault = Config{Cost: 1}
 
-// framework tells tollgatehttp how to read a Fiber request. The header is
-// copied, as the Limiter keeps the tenant; c.Method() and c.FullPath() are
-// strings of the app's, which outlive the request.
-var framework = tollgatehttp.Framework[fiber.Ctx]{
-	Context: func(c fiber.Ctx) context.Context { return c.Context() },
-	Method:  func(c fiber.Ctx) string { return c.Method() },
-	Header: func(c fiber.Ctx, name string) string {
-		return string(c.Request().Header.Peek(name))
-	},
-	Route:      func(c fiber.Ctx) string { return c.FullPath() },
-	CopyTenant: true,
-}
-
 // New returns middleware that limits each request with config.Limiter; see
 // Config for the defaults. The Limiter's store is called with c.Context().
 //
 // A Config without a Limiter is a configuration error that New logs at
 // once, on slog's default logger; the handler then answers every request
-// 500 with tollgatehttp.InternalErrorBody rather than panic or let requests
-// through unlimited. An invalid Budget name is treated the same way.
+// 500 with a JSON body whose error is "internal_error", rather than panic
+// or let requests through unlimited. A Budget no plan has is treated the
+// same way.
 func New(config ...Config) fiber.Handler {
 	cfg := ConfigDefault
 	if len(config) > 0 {
 		cfg = config[0]
 	}
-	h, err := tollgatehttp.Build(tollgatehttp.Spec[fiber.Ctx]{
+	h, err := adapterkit.Build(adapterkit.Spec[fiber.Ctx]{
 		Limiter:  cfg.Limiter,
 		Tenant:   cfg.Tenant,
 		Cost:     cfg.Cost,
@@ -117,28 +105,34 @@ func New(config ...Config) fiber.Handler {
 		Budget:   cfg.Budget,
 		MaxDelay: cfg.MaxDelay,
 		MaxHeld:  cfg.MaxHeld,
-	}, framework)
+	}, adapterkit.Framework{CopyTenant: true})
 	if err != nil {
-		tollgatehttp.LogMisconfiguration(err)
+		adapterkit.LogMisconfiguration(err)
 		return func(c fiber.Ctx) error {
-			return c.Status(http.StatusInternalServerError).JSON(tollgatehttp.InternalErrorBody)
+			return c.Status(http.StatusInternalServerError).JSON(adapterkit.InternalErrorBody)
 		}
 	}
 	return func(c fiber.Ctx) error { return cfg.handle(h, c) }
 }
 
-func (cfg *Config) handle(h *tollgatehttp.Handler[fiber.Ctx], c fiber.Ctx) error {
-	var a tollgatehttp.Answer
-	if !h.Decide(c, &a) {
-		return c.Next()
-	}
+func (cfg *Config) handle(h *adapterkit.Handler[fiber.Ctx], c fiber.Ctx) error {
 	// SetCanonical, as tollgate's header names are in fasthttp's canonical
 	// form already: c.Set would copy and normalise each name first.
 	// fasthttp copies the bytes, so lending it the strings' is safe.
+	// c.Method() and c.FullPath() are strings of the app's, which outlive
+	// the request; the header is copied, as the Limiter may keep the
+	// tenant.
 	rh := &c.Response().Header
-	tollgatehttp.VisitHeaders(&a.Decision, func(name, value string) {
-		rh.SetCanonical(bytesOf(name), bytesOf(value))
-	})
+	set := func(name, value string) { rh.SetCanonical(bytesOf(name), bytesOf(value)) }
+	call := adapterkit.Call{Context: c.Context(), Method: c.Method(), Route: c.FullPath()}
+	if cfg.Tenant == nil {
+		call.Tenant = string(c.Request().Header.Peek(adapterkit.TenantHeader))
+	}
+	a := h.Decide(c, &call, adapterkit.Headers{Set: set})
+	if a == nil {
+		return c.Next()
+	}
+	defer a.Release()
 	switch {
 	case a.Status == 0:
 		return c.Next()
@@ -184,16 +178,15 @@ func TenantFromHeader(name string) func(c fiber.Ctx) string {
 // limiter.
 func TenantFromContext(key any) func(c fiber.Ctx) string {
 	return func(c fiber.Ctx) string {
-		return tollgatehttp.TenantString(c.Locals(key))
+		return adapterkit.TenantString(c.Locals(key))
 	}
 }
 
 // TenantFromClientIP returns a Config.Tenant function that keys each request
-// by its client address, grouped by tollgatehttp.IPKey (an IPv6 client by
-// its /64): the TCP peer, unless the peer is one of trustedProxies; only
+// by its client address (an IPv6 client by its /64): the TCP peer, unless the peer is one of trustedProxies; only
 // then are X-Forwarded-For and X-Real-IP read, from the right, skipping
-// trusted proxies, so that a client can not pick its own address (see
-// tollgatehttp.ForwardedClientIP). It ignores the app's TrustProxy
+// trusted proxies and empty elements, so that a client can not pick its own
+// address (see tollgatehttp.ClientIP). It ignores the app's TrustProxy
 // settings. A request whose peer is not a TCP address counts as missing a
 // tenant.
 func TenantFromClientIP(trustedProxies ...netip.Prefix) func(c fiber.Ctx) string {
@@ -209,8 +202,8 @@ func TenantFromClientIP(trustedProxies ...netip.Prefix) func(c fiber.Ctx) string
 			fwd = append(fwd, stringOf(v))
 		}
 		realIP := stringOf(c.Request().Header.Peek("X-Real-Ip"))
-		if ip := tollgatehttp.ForwardedClientIP(peer, fwd, realIP, trustedProxies); ip.IsValid() {
-			return tollgatehttp.IPKey(ip)
+		if ip := adapterkit.ForwardedClientIP(peer, fwd, realIP, trustedProxies); ip.IsValid() {
+			return adapterkit.IPKey(ip)
 		}
 		return ""
 	}

@@ -14,12 +14,16 @@ import (
 	"github.com/gofiber/fiber/v3"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgatefiberv3 "github.com/tollgate-go/tollgate/fiberv3"
 )
 
 func ok(c fiber.Ctx) error { return c.SendString("ok") }
+
+// next is the kit's missing-tenant answer in Fiber's idiom: the request
+// goes on, unlimited.
+func next(c fiber.Ctx) error { return c.Next() }
 
 func teapot(c fiber.Ctx, d tollgate.Decision) error {
 	return c.Status(fiber.StatusTeapot).JSON(fiber.Map{"denied": d.Tenant})
@@ -50,7 +54,7 @@ func serve(t *testing.T, app *fiber.App) string {
 // header in Locals as c.Get returns it, a string that points into a buffer
 // Fiber reuses for the next request on the connection.
 func authenticate(c fiber.Ctx) error {
-	if tenant := c.Get(tollgatehttp.DefaultTenantHeader); tenant != "" {
+	if tenant := adaptertest.Tenant(c.Get("X-Tenant-ID"), c.Get(adaptertest.EscapedTenantHeader)); tenant != "" {
 		c.Locals(adaptertest.TenantKey{}, tenant)
 	}
 	return c.Next()
@@ -72,7 +76,8 @@ func TestConformance(t *testing.T) {
 		app.Get("/skipped", limit, ok)
 		app.Get("/costly", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Cost: 5}), ok)
 		app.Get("/custom", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, LimitReached: teapot}), ok)
-		app.Get("/reports/:id", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: adaptertest.Budget}), ok)
+		app.Get("/public", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MissingTenant: next}), ok)
+		app.Get("/reports/:id", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: s.Budget}), ok)
 		app.Get("/by-header", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter}), ok)
 		app.Get("/held", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MaxDelay: adaptertest.HeldDelay}), ok)
 		return serve(t, app)
@@ -87,7 +92,8 @@ func TestConformanceUse(t *testing.T) {
 		app := fiber.New()
 		app.Use(authenticate)
 		// Under app.Use the route is named by the prefix, "/reports".
-		app.Use("/reports", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: adaptertest.Budget}))
+		app.Use("/reports", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: s.Budget}))
+		app.Use("/public", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MissingTenant: next}))
 		app.Use("/by-header", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter}))
 		app.Use("/held", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MaxDelay: adaptertest.HeldDelay}))
 		app.Use(tollgatefiberv3.New(tollgatefiberv3.Config{
@@ -95,7 +101,7 @@ func TestConformanceUse(t *testing.T) {
 			Tenant:  byPrincipal,
 			Next: func(c fiber.Ctx) bool {
 				p := c.Path()
-				return p == "/skipped" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
 			},
 			CostFunc: func(c fiber.Ctx) int64 {
 				if c.Path() == "/costly" {
@@ -107,10 +113,11 @@ func TestConformanceUse(t *testing.T) {
 				if c.Path() == "/custom" {
 					return teapot(c, d)
 				}
-				return c.Status(tollgatehttp.DenialStatus(&d)).JSON(tollgatehttp.DenialBody(&d))
+				status, body := adapterkit.Denial(&d)
+				return c.Status(status).JSON(body)
 			},
 		}))
-		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom", "/reports/:id", "/by-header", "/held"} {
+		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom", "/public", "/reports/:id", "/by-header", "/held"} {
 			app.Get(p, ok)
 		}
 		return serve(t, app)
@@ -118,7 +125,7 @@ func TestConformanceUse(t *testing.T) {
 }
 
 // newLimiter returns a Limiter of burst requests per tenant, refilled at
-// one a minute on a stopped clock, that records its throttle events.
+// one a minute on a stopped clock, that records its throttled decisions.
 func newLimiter(t *testing.T, burst int64) (*tollgate.Limiter, *adaptertest.Events) {
 	plan := tollgate.Plan{Name: "test", Limit: tollgate.Limit{Rate: 1.0 / 60, Burst: burst}}
 	l, ev, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(plan))
@@ -127,7 +134,7 @@ func newLimiter(t *testing.T, burst int64) (*tollgate.Limiter, *adaptertest.Even
 
 // TestKeptStringsOutliveTheRequest sends requests on one keep-alive
 // connection, so that Fiber reuses its buffers for each, and checks that
-// the strings the Limiter kept (in events, decisions and store keys) are
+// the strings the Limiter kept (in decisions and store keys) are
 // still those of their own requests. The method is one the app adds, which
 // Fiber v3 reads from its configuration, not from the request's buffer.
 func TestKeptStringsOutliveTheRequest(t *testing.T) {
@@ -168,11 +175,11 @@ func TestKeptStringsOutliveTheRequest(t *testing.T) {
 			}
 			es := ev.All()
 			if len(es) < len(tenants) {
-				t.Fatalf("%d events, want at least %d", len(es), len(tenants))
+				t.Fatalf("%d throttled decisions, want at least %d", len(es), len(tenants))
 			}
 			for i, tenant := range tenants {
 				if es[i].Tenant != tenant || es[i].Method != "PURGE" {
-					t.Errorf("event %d: tenant %q method %q, want %q PURGE", i, es[i].Tenant, es[i].Method, tenant)
+					t.Errorf("throttled decision %d: tenant %q method %q, want %q PURGE", i, es[i].Tenant, es[i].Method, tenant)
 				}
 				if kept[i] != tenant {
 					t.Errorf("LimitReached decision %d: tenant %q, want %q", i, kept[i], tenant)
@@ -197,7 +204,7 @@ func TestClientIP(t *testing.T) {
 }
 
 // TestMisconfigured covers what the kit's NilLimiter case does not: New
-// without a Config, and an invalid Budget.
+// without a Config, and a Budget that is no name or that no plan has.
 func TestMisconfigured(t *testing.T) {
 	l, _ := newLimiter(t, 1)
 	for _, tc := range []struct {
@@ -208,6 +215,7 @@ func TestMisconfigured(t *testing.T) {
 		{"no Config", nil, "Limiter is nil"},
 		{"nil Limiter", []tollgatefiberv3.Config{{Cost: 3}}, "Limiter is nil"},
 		{"invalid Budget", []tollgatefiberv3.Config{{Limiter: l, Budget: "no spaces"}}, "Budget"},
+		{"Budget no plan has", []tollgatefiberv3.Config{{Limiter: l, Budget: "reprots"}}, "reprots"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logged := adaptertest.CaptureDefaultLog(t)
@@ -220,9 +228,9 @@ func TestMisconfigured(t *testing.T) {
 			base := serve(t, app)
 			for range 3 {
 				status, body := adaptertest.Get(t, "GET", base+"/hello", "X-Tenant-ID", "acme")
-				var got tollgatehttp.ResponseBody
-				if err := json.Unmarshal([]byte(body), &got); err != nil || status != http.StatusInternalServerError || got.Error != tollgatehttp.CodeInternalError {
-					t.Fatalf("status %d body %q, want 500 with %q", status, body, tollgatehttp.CodeInternalError)
+				var got adapterkit.Body
+				if err := json.Unmarshal([]byte(body), &got); err != nil || status != http.StatusInternalServerError || got.Error != adapterkit.CodeInternalError {
+					t.Fatalf("status %d body %q, want 500 with %q", status, body, adapterkit.CodeInternalError)
 				}
 			}
 			if n := logged.Count("misconfigured"); n != 1 {

@@ -53,8 +53,6 @@ func ExampleWithBudget() {
 			// 50 report tokens an hour: five reports.
 			{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}},
 		}}
-	// The store must be a tollgate.MultiStore, which applies several
-	// policies in one step.
 	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(team), tollgate.WithLogger(nil))
 	if err != nil {
 		panic(err)

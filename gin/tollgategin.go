@@ -5,16 +5,16 @@
 // route. For every limited request it sets the rate-limit response headers
 // and either lets the request through or aborts the chain with the
 // Limiter's answer as JSON: 429 when a policy of the tenant's plan is
-// exhausted, 503 when the store is down under tollgate.FailClosed, 401 when
-// the request has no tenant, 400 when its tenant ID is too long, and 500
-// when the Limiter is misconfigured (the cause is logged, not sent).
+// exhausted, 503 when the store is down under tollgate.WithFailClosed, 401
+// when the request has no tenant, 400 when its tenant ID is too long or
+// holds a control character, and 500 when the middleware or the Limiter is
+// misconfigured (the cause is logged, not sent).
 //
-// The options mean what the fields of tollgatehttp.Spec say, as in every
-// tollgate adapter, and may come in any order.
+// The options mean what the options of tollgatehttp.Middleware of the same
+// names mean, as in every tollgate adapter, and may come in any order.
 package tollgategin
 
 import (
-	"context"
 	"net/http"
 	"net/netip"
 	"time"
@@ -22,6 +22,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
@@ -29,15 +30,16 @@ import (
 type Option func(*config)
 
 type config struct {
-	spec          tollgatehttp.Spec[*gin.Context]
+	spec          adapterkit.Spec[*gin.Context]
 	deny          func(*gin.Context, tollgate.Decision)
 	missingTenant gin.HandlerFunc
+	h             *adapterkit.Handler[*gin.Context]
 }
 
 // WithTenant sets how the handler finds the tenant of a request (default:
-// the tollgatehttp.DefaultTenantHeader header). The tenant should come from
-// the authenticated principal, as TenantFromContext reads it: a bare header
-// lets any client spend any tenant's budget.
+// the tollgatehttp.DefaultTenantHeader header); "" means it has none. The
+// tenant should come from the authenticated principal, as TenantFromContext
+// reads it: a bare header lets any client spend any tenant's budget.
 func WithTenant(fn func(c *gin.Context) string) Option {
 	return func(m *config) { m.spec.Tenant = fn }
 }
@@ -60,7 +62,7 @@ func WithSkip(fn func(c *gin.Context) bool) Option {
 	return func(m *config) { m.spec.Skip = fn }
 }
 
-// WithRoute sets how events, logs and metrics name the route (default:
+// WithRoute sets how logs and metrics name the route (default:
 // c.FullPath(), the route pattern gin matched).
 func WithRoute(fn func(c *gin.Context) string) Option {
 	return func(m *config) { m.spec.Route = fn }
@@ -68,6 +70,8 @@ func WithRoute(fn func(c *gin.Context) string) Option {
 
 // WithBudget makes every request also draw from the named budget of its
 // tenant's plan (see tollgate.Policy), such as "reports" on an export route.
+// A budget that no plan has, when the Limiter's resolver knows its plans,
+// is a configuration error, handled as a nil Limiter is.
 func WithBudget(name string) Option {
 	return func(m *config) { m.spec.Budget = name }
 }
@@ -75,15 +79,15 @@ func WithBudget(name string) Option {
 // WithMaxDelay holds a request that its tenant's policies would allow
 // within d and then serves it, instead of answering 429: a client slightly
 // over its rate is slowed down rather than bounced. At most maxHeld
-// requests of one tenant are held at once (0 means
-// tollgatehttp.DefaultMaxHeld); past that, or past d, a request is
-// answered at once. See tollgatehttp.Spec.MaxDelay.
+// requests of one tenant are held at once (0 means 16); past that, or past
+// d, a request is answered at once. See tollgatehttp.WithMaxDelay.
 func WithMaxDelay(d time.Duration, maxHeld int) Option {
 	return func(m *config) { m.spec.MaxDelay, m.spec.MaxHeld = d, maxHeld }
 }
 
 // WithDenyHandler replaces the answer to a denied request (default
-// c.AbortWithStatusJSON with tollgatehttp.DenialStatus and DenialBody).
+// c.AbortWithStatusJSON with 429, or 503, and the body that
+// tollgatehttp.WriteDenial writes).
 // When fn is called the chain is already aborted and the rate-limit headers,
 // Retry-After included, are set; fn writes the response.
 func WithDenyHandler(fn func(c *gin.Context, d tollgate.Decision)) Option {
@@ -91,7 +95,7 @@ func WithDenyHandler(fn func(c *gin.Context, d tollgate.Decision)) Option {
 }
 
 // WithMissingTenantHandler replaces the answer to a request without a tenant
-// (default 401 with tollgatehttp.MissingTenantBody). fn either answers and
+// (default 401 with a JSON body whose error is "missing_tenant"). fn either answers and
 // aborts the chain, or returns without aborting, which lets the request
 // through unlimited.
 func WithMissingTenantHandler(fn gin.HandlerFunc) Option {
@@ -103,7 +107,7 @@ func WithMissingTenantHandler(fn gin.HandlerFunc) Option {
 // from the authenticated principal.
 func TenantFromHeader(name string) func(*gin.Context) string {
 	key := http.CanonicalHeaderKey(name)
-	return func(c *gin.Context) string { return tollgatehttp.HeaderValue(c.Request.Header, key) }
+	return func(c *gin.Context) string { return adapterkit.HeaderValue(c.Request.Header, key) }
 }
 
 // TenantFromContext returns a tenant function for WithTenant that reads the
@@ -114,64 +118,57 @@ func TenantFromHeader(name string) func(*gin.Context) string {
 func TenantFromContext(key any) func(*gin.Context) string {
 	return func(c *gin.Context) string {
 		v, _ := c.Get(key)
-		return tollgatehttp.TenantString(v)
+		return adapterkit.TenantString(v)
 	}
 }
 
 // TenantFromClientIP returns a tenant function for WithTenant that keys each
-// request by its client address, grouped by tollgatehttp.IPKey (an IPv6
-// client by its /64). The address is the TCP peer's unless the peer is one
-// of trustedProxies: only then are X-Forwarded-For and X-Real-IP believed,
-// read from the right (see tollgatehttp.ClientIP). It ignores the engine's
-// own trusted-proxy settings, which trust every address by default.
+// request by its client address (an IPv6 client by its /64). The address is
+// the TCP peer's unless the peer is one of trustedProxies: only then are
+// X-Forwarded-For and X-Real-IP believed, read from the right (see
+// tollgatehttp.ClientIP). It ignores the engine's own trusted-proxy
+// settings, which trust every address by default.
 func TenantFromClientIP(trustedProxies ...netip.Prefix) func(*gin.Context) string {
 	tenant := tollgatehttp.TenantFromClientIP(trustedProxies...)
 	return func(c *gin.Context) string { return tenant(c.Request) }
 }
 
-// framework tells tollgatehttp how to read a gin request.
-var framework = tollgatehttp.Framework[*gin.Context]{
-	Context: func(c *gin.Context) context.Context { return c.Request.Context() },
-	Method:  func(c *gin.Context) string { return c.Request.Method },
-	Header:  func(c *gin.Context, name string) string { return tollgatehttp.HeaderValue(c.Request.Header, name) },
-	Route:   (*gin.Context).FullPath,
-}
-
 // New returns gin middleware that limits each request with l. It sets the
 // rate-limit headers on every limited response, aborts a denied request with
-// 429 (or 503 under tollgate.FailClosed while the store is down) and a JSON
-// body naming the retry time, and lets allowed requests go on down the chain.
-// The Limiter's store is called with c.Request.Context().
+// 429 (or 503 under tollgate.WithFailClosed while the store is down) and a
+// JSON body naming the retry time, and lets allowed requests go on down the
+// chain. The Limiter's store is called with c.Request.Context().
 //
 // A nil l is a configuration error: New does not panic, but logs the error
-// and returns a handler that answers every request with 500.
+// and returns a handler that answers every request with 500. So is a
+// budget no plan has (see WithBudget).
 func New(l *tollgate.Limiter, opts ...Option) gin.HandlerFunc {
-	m := &config{spec: tollgatehttp.Spec[*gin.Context]{Limiter: l}}
+	m := &config{spec: adapterkit.Spec[*gin.Context]{Limiter: l}}
 	for _, o := range opts {
 		if o != nil {
 			o(m)
 		}
 	}
-	h, err := tollgatehttp.Build(m.spec, framework)
-	if err != nil {
+	var err error
+	if m.h, err = adapterkit.Build(m.spec, adapterkit.Framework{}); err != nil {
 		return misconfigured(err)
 	}
-	return func(c *gin.Context) { m.handle(h, c) }
+	return m.handle
 }
 
-func (m *config) handle(h *tollgatehttp.Handler[*gin.Context], c *gin.Context) {
-	var a tollgatehttp.Answer
-	if !h.Decide(c, &a) {
+func (m *config) handle(c *gin.Context) {
+	// The headers go straight into the header map: the names are
+	// canonical already, and one backing array serves all the values,
+	// where c.Header would canonicalise and allocate once per header.
+	call := adapterkit.Call{Context: c.Request.Context(), Method: c.Request.Method, Route: c.FullPath(), Header: c.Request.Header}
+	a := m.h.Decide(c, &call, adapterkit.Headers{Map: c.Writer.Header()})
+	if a == nil {
 		return
 	}
-	// Straight into the header map: the names are canonical already, and
-	// one backing array serves all the values, where c.Header would
-	// canonicalise and allocate once per header.
-	tollgatehttp.WriteHeaders(c.Writer.Header(), &a.Decision)
-	if a.Status == 0 {
-		return
-	}
+	defer a.Release()
 	switch {
+	case a.Status == 0:
+		return
 	case a.Denied() && m.deny != nil:
 		c.Abort()
 		m.deny(c, a.Decision)
@@ -190,10 +187,10 @@ var nosniff = []string{"nosniff"}
 // answers every request with 500, so that a configuration mistake is loud in
 // the first test or deployment without crashing the process.
 func misconfigured(err error) gin.HandlerFunc {
-	tollgatehttp.LogMisconfiguration(err)
+	adapterkit.LogMisconfiguration(err)
 	return func(c *gin.Context) {
 		// c.Errors reaches gin's logger, never the client.
 		_ = c.Error(err)
-		c.AbortWithStatusJSON(http.StatusInternalServerError, tollgatehttp.InternalErrorBody)
+		c.AbortWithStatusJSON(http.StatusInternalServerError, adapterkit.InternalErrorBody)
 	}
 }

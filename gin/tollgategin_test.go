@@ -10,8 +10,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgategin "github.com/tollgate-go/tollgate/gin"
 )
 
@@ -32,7 +32,7 @@ func serve(t *testing.T, h http.Handler) string {
 // authenticate is the kit's authentication in gin's idiom: the tenant goes
 // into the gin context.
 func authenticate(c *gin.Context) {
-	if tenant := c.GetHeader(tollgatehttp.DefaultTenantHeader); tenant != "" {
+	if tenant := adaptertest.Tenant(c.GetHeader("X-Tenant-ID"), c.GetHeader(adaptertest.EscapedTenantHeader)); tenant != "" {
 		c.Set(adaptertest.TenantKey{}, tenant)
 	}
 }
@@ -51,7 +51,8 @@ func TestConformance(t *testing.T) {
 		r.GET("/custom", tollgategin.New(s.Limiter, byTenant, tollgategin.WithDenyHandler(func(c *gin.Context, d tollgate.Decision) {
 			c.JSON(http.StatusTeapot, gin.H{"denied": d.Tenant})
 		})), ok)
-		r.GET("/reports/:id", tollgategin.New(s.Limiter, tollgategin.WithBudget(adaptertest.Budget), byTenant), ok)
+		r.GET("/public", tollgategin.New(s.Limiter, byTenant, tollgategin.WithMissingTenantHandler(func(*gin.Context) {})), ok)
+		r.GET("/reports/:id", tollgategin.New(s.Limiter, tollgategin.WithBudget(s.Budget), byTenant), ok)
 		r.GET("/by-header", tollgategin.New(s.Limiter), ok)
 		r.GET("/held", tollgategin.New(s.Limiter, byTenant, tollgategin.WithMaxDelay(adaptertest.HeldDelay, 0)), ok)
 		return serve(t, r)
@@ -169,7 +170,7 @@ func TestNilLimiterReachesGinErrors(t *testing.T) {
 	if w.Status != http.StatusInternalServerError || strings.Contains(w.Body, "nil") {
 		t.Fatalf("status %d body %q, want 500 without the cause", w.Status, w.Body)
 	}
-	if len(seen) != 1 || !strings.Contains(seen[0], tollgatehttp.ErrNoLimiter.Error()) {
+	if len(seen) != 1 || !strings.Contains(seen[0], adapterkit.ErrNoLimiter.Error()) {
 		t.Errorf("c.Errors = %q, want the configuration error", seen)
 	}
 }

@@ -11,19 +11,18 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
 // errInternal refuses the calls that a configuration error keeps from
 // being decided; the error itself is logged, never sent.
-var errInternal = status.Error(codes.Internal, tollgatehttp.InternalErrorBody.Message)
+var errInternal = status.Error(codes.Internal, adapterkit.InternalErrorBody.Message)
 
 // statusOf returns the status error that refuses a call as a says: the gRPC
 // counterpart of the HTTP status and body.
-func statusOf(a *tollgatehttp.Answer) error {
+func statusOf(a *adapterkit.Answer) error {
 	switch a.Body.Error {
-	case tollgatehttp.CodeRateLimited:
+	case adapterkit.CodeRateLimited:
 		st := status.New(codes.ResourceExhausted, a.Body.Message)
 		// RetryAfter is Retry-After's whole seconds, so that clients of
 		// either protocol wait the same.
@@ -32,11 +31,11 @@ func statusOf(a *tollgatehttp.Answer) error {
 			st = withRetry
 		}
 		return st.Err()
-	case tollgatehttp.CodeUnavailable:
+	case adapterkit.CodeUnavailable:
 		return status.Error(codes.Unavailable, a.Body.Message)
-	case tollgatehttp.CodeMissingTenant:
+	case adapterkit.CodeMissingTenant:
 		return status.Error(codes.Unauthenticated, a.Body.Message)
-	case tollgatehttp.CodeInvalidTenant:
+	case adapterkit.CodeInvalidTenant:
 		return status.Error(codes.InvalidArgument, a.Body.Message)
 	}
 	return errInternal
@@ -45,55 +44,55 @@ func statusOf(a *tollgatehttp.Answer) error {
 // The metadata keys of the rate-limit fields: the HTTP header names,
 // lower-cased, as HTTP/2 and gRPC metadata want them.
 var (
-	keyLimit     = strings.ToLower(tollgatehttp.HeaderLimit)
-	keyRemaining = strings.ToLower(tollgatehttp.HeaderRemaining)
-	keyReset     = strings.ToLower(tollgatehttp.HeaderReset)
-	keyPolicy    = strings.ToLower(tollgatehttp.HeaderPolicy)
-	keyRateLimit = strings.ToLower(tollgatehttp.HeaderRateLimit)
-	keyRetry     = strings.ToLower(tollgatehttp.HeaderRetry)
-	keyTenant    = strings.ToLower(tollgatehttp.DefaultTenantHeader)
+	keyLimit     = strings.ToLower(adapterkit.HeaderLimit)
+	keyRemaining = strings.ToLower(adapterkit.HeaderRemaining)
+	keyReset     = strings.ToLower(adapterkit.HeaderReset)
+	keyPolicy    = strings.ToLower(adapterkit.HeaderPolicy)
+	keyRateLimit = strings.ToLower(adapterkit.HeaderRateLimit)
+	keyRetry     = strings.ToLower(adapterkit.HeaderRetry)
+	keyTenant    = strings.ToLower(adapterkit.TenantHeader)
 )
 
 // metadataKey returns the metadata key of the HTTP header name, without
 // allocating for the names tollgate uses.
 func metadataKey(name string) string {
 	switch name {
-	case tollgatehttp.HeaderLimit:
+	case adapterkit.HeaderLimit:
 		return keyLimit
-	case tollgatehttp.HeaderRemaining:
+	case adapterkit.HeaderRemaining:
 		return keyRemaining
-	case tollgatehttp.HeaderReset:
+	case adapterkit.HeaderReset:
 		return keyReset
-	case tollgatehttp.HeaderPolicy:
+	case adapterkit.HeaderPolicy:
 		return keyPolicy
-	case tollgatehttp.HeaderRateLimit:
+	case adapterkit.HeaderRateLimit:
 		return keyRateLimit
-	case tollgatehttp.HeaderRetry:
+	case adapterkit.HeaderRetry:
 		return keyRetry
-	case tollgatehttp.DefaultTenantHeader:
+	case adapterkit.TenantHeader:
 		return keyTenant
 	}
 	return strings.ToLower(name)
 }
 
-// headerMetadata returns d's rate-limit fields as header metadata, with the
-// values of tollgatehttp's headers, or nil when d has no figures.
-func headerMetadata(d *tollgate.Decision) metadata.MD {
-	if !d.HasFigures() {
-		return nil
+// metadataFields collects the rate-limit fields of a decision as header
+// metadata, under the HTTP header names lower-cased and with their values;
+// md stays nil for a decision without figures.
+type metadataFields struct {
+	md   metadata.MD
+	vals *[6]string // every value, rather than one slice each
+	n    int
+}
+
+func (f *metadataFields) set(name, value string) {
+	if f.md == nil {
+		f.md, f.vals = make(metadata.MD, 6), new([6]string)
 	}
-	md := make(metadata.MD, 6)
-	// One array holds every value, rather than one slice each.
-	vals := new([6]string)
-	n := 0
-	tollgatehttp.VisitHeaders(d, func(name, value string) {
-		if n < len(vals) {
-			vals[n] = value
-			md[metadataKey(name)] = vals[n : n+1 : n+1]
-			n++
-		}
-	})
-	return md
+	if f.n < len(f.vals) {
+		f.vals[f.n] = value
+		f.md[metadataKey(name)] = f.vals[f.n : f.n+1 : f.n+1]
+		f.n++
+	}
 }
 
 // metadataValue returns the first value of the incoming metadata key, which

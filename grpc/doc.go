@@ -18,11 +18,12 @@
 // when it opens, at the cost of its method: the messages sent on it later
 // take nothing, so a long-lived stream should cost what it is worth.
 //
-// The route of a call, in events, logs and metrics, is its full method name
+// The route of a call, in logs and metrics, is its full method name
 // ("/reports.v1.Reports/Create"); the default tenant is the incoming
 // metadata key x-tenant-id (tollgatehttp.DefaultTenantHeader, lower-cased,
-// as gRPC keys are). The options mean what the fields of tollgatehttp.Spec
-// say, as in every tollgate adapter, and may come in any order.
+// as gRPC keys are). The options mean what the options of
+// tollgatehttp.Middleware of the same names mean, as in every tollgate
+// adapter, and may come in any order.
 //
 // # Answers
 //
@@ -30,22 +31,25 @@
 // the HTTP adapters as response header metadata, under lower-case keys and
 // with the same values: x-ratelimit-limit, x-ratelimit-remaining,
 // x-ratelimit-reset, ratelimit-policy, ratelimit, and retry-after on a
-// denial (see tollgatehttp.WriteHeaders). A refused call ends with a status
-// instead of reaching its handler:
+// denial. A refused call ends with a status instead of reaching its
+// handler:
 //
 //   - codes.ResourceExhausted when a policy of the tenant's plan is
 //     exhausted, with a google.rpc.RetryInfo detail whose retry delay is
 //     retry-after's whole seconds, and a message naming the policy;
-//   - codes.Unavailable when the store is down under tollgate.FailClosed;
+//   - codes.Unavailable when the store is down under
+//     tollgate.WithFailClosed;
 //   - codes.Unauthenticated when the call has no tenant;
-//   - codes.InvalidArgument when its tenant ID is longer than
-//     tollgate.MaxTenantLength;
+//   - codes.InvalidArgument when its tenant ID is longer than 256 bytes or
+//     holds a control character (tollgate.ErrInvalidTenant);
 //   - codes.Internal when the interceptor or the Limiter is misconfigured
-//     (a nil Limiter, a cost above a plan's burst): the cause is logged,
-//     never sent.
+//     (a nil Limiter, a budget no plan has, a cost above a plan's burst):
+//     the cause is logged, never sent.
 //
-// A call let through because the store failed (tollgate.FailOpen) carries no
-// rate-limit metadata, as any figure would be made up.
+// A call let through because the store failed (fail-open, the default)
+// carries no rate-limit metadata, as any figure would be made up, and
+// neither does a call of a plan in shadow mode unless
+// tollgate.WithShadowHeaders asks for it.
 //
 // # Holding calls
 //

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
 // An Option configures the interceptors that UnaryServerInterceptor and
@@ -19,7 +19,7 @@ import (
 type Option func(*config)
 
 type config struct {
-	spec          tollgatehttp.Spec[*call]
+	spec          adapterkit.Spec[call]
 	methodCosts   map[string]int64
 	methodBudgets map[string]string
 	err           error // the first malformed or conflicting option
@@ -28,14 +28,15 @@ type config struct {
 // WithTenant sets how the interceptor finds the tenant of a call (default:
 // the incoming metadata key x-tenant-id). The tenant should come from the
 // authenticated principal, as TenantFromContext reads it: a bare metadata
-// value lets any client spend any tenant's budget. See tollgatehttp.Spec.
+// value lets any client spend any tenant's budget; "" means the call has
+// none. See tollgatehttp.WithTenant.
 func WithTenant(fn func(ctx context.Context) string) Option {
 	return func(c *config) {
 		if fn == nil {
 			c.spec.Tenant = nil
 			return
 		}
-		c.spec.Tenant = func(cl *call) string { return fn(cl.ctx) }
+		c.spec.Tenant = func(cl call) string { return fn(cl.ctx) }
 	}
 }
 
@@ -73,7 +74,7 @@ func WithCostFunc(fn func(ctx context.Context, fullMethod string) int64) Option 
 			c.spec.CostFunc = nil
 			return
 		}
-		c.spec.CostFunc = func(cl *call) int64 { return fn(cl.ctx, cl.method) }
+		c.spec.CostFunc = func(cl call) int64 { return fn(cl.ctx, cl.method) }
 	}
 }
 
@@ -86,13 +87,15 @@ func WithSkip(fn func(ctx context.Context, fullMethod string) bool) Option {
 			c.spec.Skip = nil
 			return
 		}
-		c.spec.Skip = func(cl *call) bool { return fn(cl.ctx, cl.method) }
+		c.spec.Skip = func(cl call) bool { return fn(cl.ctx, cl.method) }
 	}
 }
 
 // WithBudget makes every call also draw from the named budget of its
 // tenant's plan (see tollgate.Policy), for the methods that
-// WithMethodBudgets does not name.
+// WithMethodBudgets does not name. A budget that no plan has, when the
+// Limiter's resolver knows its plans, is a configuration error, as a nil
+// Limiter is.
 func WithBudget(name string) Option {
 	return func(c *config) { c.spec.Budget = name }
 }
@@ -119,11 +122,11 @@ func WithMethodBudgets(budgets map[string]string) Option {
 // d, before its handler runs, and then lets it through, instead of
 // refusing it with codes.ResourceExhausted: a client slightly over its
 // rate is slowed down rather than sent back to retry. At most maxHeld calls
-// of one tenant are held at once (0 means tollgatehttp.DefaultMaxHeld);
-// past that, past d, or past the call's own deadline, a call is decided
-// at once. A call cancelled while held gives its tokens back. The header
-// metadata describes the state after the wait. See
-// tollgatehttp.Spec.MaxDelay.
+// of one tenant are held at once (0 means 16); past that, past d, or past
+// the call's own deadline, a call is decided at once. A call cancelled
+// while held gives its tokens back. The header metadata describes the
+// state after the wait; plans in shadow mode never hold a call. See
+// tollgatehttp.WithMaxDelay.
 func WithMaxDelay(d time.Duration, maxHeld int) Option {
 	return func(c *config) { c.spec.MaxDelay, c.spec.MaxHeld = d, maxHeld }
 }
@@ -135,7 +138,7 @@ func WithMaxDelay(d time.Duration, maxHeld int) Option {
 // before the limiter.
 func TenantFromContext(key any) func(ctx context.Context) string {
 	return func(ctx context.Context) string {
-		return tollgatehttp.TenantString(ctx.Value(key))
+		return adapterkit.TenantString(ctx.Value(key))
 	}
 }
 
@@ -155,19 +158,11 @@ type call struct {
 	method string
 }
 
-// framework tells tollgatehttp how to read a gRPC call. Every gRPC call is
-// an HTTP/2 POST, which is what events report as its method.
-var framework = tollgatehttp.Framework[*call]{
-	Context: func(c *call) context.Context { return c.ctx },
-	Method:  func(*call) string { return http.MethodPost },
-	Header:  func(c *call, name string) string { return metadataValue(c.ctx, metadataKey(name)) },
-	Route:   func(c *call) string { return c.method },
-}
-
 // interceptor decides on the calls of one pair of interceptors.
 type interceptor struct {
-	handler  *tollgatehttp.Handler[*call]
-	byMethod map[string]*tollgatehttp.Handler[*call] // by method or service, for the methods with a budget of their own
+	handler       *adapterkit.Handler[call]
+	byMethod      map[string]*adapterkit.Handler[call] // by method or service, for the methods with a budget of their own
+	defaultTenant bool                                 // the tenant is the x-tenant-id metadata
 }
 
 func (c *config) fail(err error) {
@@ -177,7 +172,7 @@ func (c *config) fail(err error) {
 }
 
 func newInterceptor(l *tollgate.Limiter, opts []Option) (*interceptor, error) {
-	c := &config{spec: tollgatehttp.Spec[*call]{Limiter: l}}
+	c := &config{spec: adapterkit.Spec[call]{Limiter: l}}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -201,30 +196,30 @@ func newInterceptor(l *tollgate.Limiter, opts []Option) (*interceptor, error) {
 			return nil, fmt.Errorf("tollgategrpc: WithCostFunc and WithMethodCosts are both given; the cost function would ignore the method costs")
 		}
 		costs, fallback := c.methodCosts, max(c.spec.Cost, 1)
-		c.spec.CostFunc = func(cl *call) int64 {
+		c.spec.CostFunc = func(cl call) int64 {
 			if n, ok := lookupMethod(costs, cl.method); ok {
 				return n
 			}
 			return fallback
 		}
 	}
-	ic := &interceptor{}
+	ic := &interceptor{defaultTenant: c.spec.Tenant == nil}
 	var err error
-	if ic.handler, err = tollgatehttp.Build(c.spec, framework); err != nil {
+	if ic.handler, err = adapterkit.Build(c.spec, adapterkit.Framework{}); err != nil {
 		return nil, err
 	}
 	if len(c.methodBudgets) == 0 {
 		return ic, nil
 	}
 	// One Handler per budget, shared by the methods that draw from it.
-	handlers := map[string]*tollgatehttp.Handler[*call]{c.spec.Budget: ic.handler}
-	ic.byMethod = make(map[string]*tollgatehttp.Handler[*call], len(c.methodBudgets))
+	handlers := map[string]*adapterkit.Handler[call]{c.spec.Budget: ic.handler}
+	ic.byMethod = make(map[string]*adapterkit.Handler[call], len(c.methodBudgets))
 	for k, budget := range c.methodBudgets {
 		h, ok := handlers[budget]
 		if !ok {
 			spec := c.spec
 			spec.Budget = budget
-			if h, err = tollgatehttp.Build(spec, framework); err != nil {
+			if h, err = adapterkit.Build(spec, adapterkit.Framework{}); err != nil {
 				return nil, fmt.Errorf("tollgategrpc: WithMethodBudgets: %q: %w", k, err)
 			}
 			handlers[budget] = h
@@ -254,7 +249,7 @@ func lookupMethod[V any](m map[string]V, fullMethod string) (V, bool) {
 	return zero, false
 }
 
-func (ic *interceptor) handlerFor(fullMethod string) *tollgatehttp.Handler[*call] {
+func (ic *interceptor) handlerFor(fullMethod string) *adapterkit.Handler[call] {
 	if ic.byMethod != nil {
 		if h, ok := lookupMethod(ic.byMethod, fullMethod); ok {
 			return h
@@ -267,15 +262,22 @@ func (ic *interceptor) handlerFor(fullMethod string) *tollgatehttp.Handler[*call
 // send (nil for none) and the status error that refuses the call (nil to
 // let it through).
 func (ic *interceptor) decide(ctx context.Context, fullMethod string) (headers metadata.MD, refusal error) {
-	var a tollgatehttp.Answer
-	if !ic.handlerFor(fullMethod).Decide(&call{ctx: ctx, method: fullMethod}, &a) {
+	// Every gRPC call is an HTTP/2 POST, which is what logs and metrics
+	// report as its method; its route is its full method name.
+	var fields metadataFields
+	kc := adapterkit.Call{Context: ctx, Method: http.MethodPost, Route: fullMethod}
+	if ic.defaultTenant {
+		kc.Tenant = metadataValue(ctx, keyTenant)
+	}
+	a := ic.handlerFor(fullMethod).Decide(call{ctx: ctx, method: fullMethod}, &kc, adapterkit.Headers{Set: fields.set})
+	if a == nil {
 		return nil, nil
 	}
-	headers = headerMetadata(&a.Decision)
+	defer a.Release()
 	if a.Status != 0 {
-		refusal = statusOf(&a)
+		refusal = statusOf(a)
 	}
-	return headers, refusal
+	return fields.md, refusal
 }
 
 // UnaryServerInterceptor returns an interceptor that limits each unary call
@@ -287,7 +289,7 @@ func (ic *interceptor) decide(ctx context.Context, fullMethod string) (headers m
 func UnaryServerInterceptor(l *tollgate.Limiter, opts ...Option) grpc.UnaryServerInterceptor {
 	ic, err := newInterceptor(l, opts)
 	if err != nil {
-		tollgatehttp.LogMisconfiguration(err)
+		adapterkit.LogMisconfiguration(err)
 		return func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
 			return nil, errInternal
 		}
@@ -314,7 +316,7 @@ func UnaryServerInterceptor(l *tollgate.Limiter, opts ...Option) grpc.UnaryServe
 func StreamServerInterceptor(l *tollgate.Limiter, opts ...Option) grpc.StreamServerInterceptor {
 	ic, err := newInterceptor(l, opts)
 	if err != nil {
-		tollgatehttp.LogMisconfiguration(err)
+		adapterkit.LogMisconfiguration(err)
 		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
 			return errInternal
 		}

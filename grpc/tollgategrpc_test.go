@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
 	"github.com/tollgate-go/tollgate/core/storetest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	tollgategrpc "github.com/tollgate-go/tollgate/grpc"
 	"github.com/tollgate-go/tollgate/grpc/grpctest"
 )
@@ -146,6 +146,8 @@ func TestConfigurationErrors(t *testing.T) {
 		{"BadMethodCost", l, []tollgategrpc.Option{tollgategrpc.WithMethodCosts(map[string]int64{"Reports/Create": 2})}, "WithMethodCosts"},
 		{"BadMethodBudgetKey", l, []tollgategrpc.Option{tollgategrpc.WithMethodBudgets(map[string]string{"/a/b/c": "reports"})}, "WithMethodBudgets"},
 		{"BadBudgetName", l, []tollgategrpc.Option{tollgategrpc.WithBudget("no spaces")}, "Budget"},
+		{"BudgetNoPlanHas", l, []tollgategrpc.Option{tollgategrpc.WithBudget("reprots")}, "reprots"},
+		{"MethodBudgetNoPlanHas", l, []tollgategrpc.Option{tollgategrpc.WithMethodBudgets(map[string]string{"/a/": "exprts"})}, "exprts"},
 		{"BadMethodBudgetName", l, []tollgategrpc.Option{tollgategrpc.WithMethodBudgets(map[string]string{"/a/": "no spaces"})}, "WithMethodBudgets"},
 		{"TwoCosts", l, []tollgategrpc.Option{
 			tollgategrpc.WithMethodCosts(map[string]int64{"/a/b": 2}),
@@ -168,8 +170,8 @@ func TestConfigurationErrors(t *testing.T) {
 			}
 			for range 2 {
 				st, header := invoke(t, conn, grpctest.Limited, "x-tenant-id", "acme")
-				if st.Code() != codes.Internal || st.Message() != tollgatehttp.InternalErrorBody.Message || len(header) != 0 {
-					t.Errorf("unary: %v %q, header %v; want Internal %q and no metadata", st.Code(), st.Message(), header, tollgatehttp.InternalErrorBody.Message)
+				if st.Code() != codes.Internal || st.Message() != adapterkit.InternalErrorBody.Message || len(header) != 0 {
+					t.Errorf("unary: %v %q, header %v; want Internal %q and no metadata", st.Code(), st.Message(), header, adapterkit.InternalErrorBody.Message)
 				}
 				if st := openStream(t, conn, grpctest.Limited, "x-tenant-id", "acme"); st.Code() != codes.Internal {
 					t.Errorf("stream: %v, want Internal", st.Code())
@@ -219,7 +221,8 @@ func TestMethodCostsAndBudgets(t *testing.T) {
 	if got := h.Get("ratelimit")[0]; !strings.Contains(got, `"plan";r=88`) || !strings.Contains(got, `"plan-reports";r=2`) {
 		t.Errorf("ratelimit %q: want 100-2-4-3-1-2 = 88 on the plan and 10-2-3-1-2 = 2 on reports", got)
 	}
-	// Drain reports: the event names the route, the budget and POST.
+	// Drain reports: the throttled decision names the route, the budget
+	// and POST.
 	for {
 		st, _ := invoke(t, conn, grpctest.Reports, tenant...)
 		if st.Code() == codes.ResourceExhausted {
@@ -231,7 +234,7 @@ func TestMethodCostsAndBudgets(t *testing.T) {
 	}
 	e := events.Last(t)
 	if e.Route != reports || e.Budget != "reports" || e.Method != http.MethodPost || e.Tenant != "acme" {
-		t.Errorf("event route %q budget %q method %q tenant %q", e.Route, e.Budget, e.Method, e.Tenant)
+		t.Errorf("throttled on route %q budget %q method %q tenant %q", e.Route, e.Budget, e.Method, e.Tenant)
 	}
 }
 
@@ -256,7 +259,7 @@ func TestTenantAndCostFunctions(t *testing.T) {
 	if st.Code() != codes.OK || remaining(t, h) != "93" {
 		t.Fatalf("%v %v: want the function's cost, 7", st.Code(), h)
 	}
-	if st, _ := invoke(t, conn, grpctest.Limited, "x-tenant-id", "acme"); st.Code() != codes.Unauthenticated || st.Message() != tollgatehttp.MissingTenantBody.Message {
+	if st, _ := invoke(t, conn, grpctest.Limited, "x-tenant-id", "acme"); st.Code() != codes.Unauthenticated || st.Message() != adapterkit.MissingTenantBody.Message {
 		t.Errorf("without x-customer: %v %q, want Unauthenticated", st.Code(), st.Message())
 	}
 	mu.Lock()

@@ -4,19 +4,22 @@
 //
 // An adapter's test calls Run with a function that starts a server for a
 // Setup and returns its base URL. The server authenticates every request
-// the way applications do: a middleware of its own reads the X-Tenant-ID
-// header and stores the tenant in the framework's request context, and the
-// limited routes take the tenant from there (the adapter's
-// TenantFromContext). It serves these routes, each answering 200 with the
-// body "ok" when the request is let through:
+// the way applications do: a middleware of its own finds the tenant with
+// Tenant (the X-Tenant-ID header, or X-Tenant-ID-Escaped for tenants that a
+// header value can not carry) and stores it in the framework's request
+// context, and the limited routes take the tenant from there (the
+// adapter's TenantFromContext). It serves these routes, each answering 200
+// with the body "ok" when the request is let through:
 //
 //	GET /limited       limited with Setup.Limiter, cost 1
 //	GET /costly        limited, cost 5
 //	GET /skipped       behind the same middleware as /limited, but exempted by its skip function
 //	GET /custom        limited, cost 1, with the denial answer replaced: status 418
 //	                   (I'm a teapot) and the JSON body {"denied":"<tenant>"}
-//	GET /reports/{id}  limited, cost 1, drawing from the budget named Budget too; the
-//	                   route is registered with the router's parameter syntax, and
+//	GET /public        limited, cost 1, with the answer to a request without a tenant
+//	                   replaced by one that lets it through, unlimited
+//	GET /reports/{id}  limited, cost 1, drawing from the budget named Setup.Budget too;
+//	                   the route is registered with the router's parameter syntax, and
 //	                   the adapter's default names it by the router's pattern
 //	GET /by-header     limited with every default of the adapter: the tenant is the
 //	                   X-Tenant-ID header itself
@@ -24,14 +27,14 @@
 //	                   plan allows within HeldDelay is held and then served (the
 //	                   adapter's MaxDelay of HeldDelay, MaxHeld left at its default)
 //
-// With Setup.Limiter nil, every route's middleware must log the mistake
-// once, when it is built, and answer every request 500 with
-// tollgatehttp.InternalErrorBody, never panic. Run swaps slog's default
-// logger to see that, so it must not run in parallel with other tests of
-// the package.
+// With Setup.Limiter nil, or a Setup.Budget that no plan has, the middleware
+// concerned must log the mistake once, when it is built, and answer every
+// request 500 with the body of adapterkit.InternalErrorBody, never panic.
+// Run swaps slog's default logger to see that, so it must not run in
+// parallel with other tests of the package.
 //
 // RunClientIP checks an adapter's client-address tenants, over a server of
-// its own.
+// its own, and CheckAllocs what an adapter allocates.
 package adaptertest
 
 import (
@@ -41,6 +44,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,14 +52,19 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/internal/testhooks"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
+	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
 // A Setup is what a server under test limits with.
 type Setup struct {
 	Limiter *tollgate.Limiter
+
+	// Budget is the budget GET /reports/{id} draws from: the kit's
+	// Budget, but for the case that checks a name no plan has.
+	Budget string
 }
 
 // A NewServer starts a server for setup serving the routes of the package
@@ -82,15 +91,38 @@ var (
 	reports = []tollgate.Policy{{Budget: Budget, Limit: tollgate.Limit{Rate: 1, Burst: 2}}}
 )
 
-// TenantKey is the context key under which an adapter test's net/http
-// authentication stores the tenant, if it uses the request context.
+// maxTenantLength is the longest tenant ID the engine accepts, in bytes.
+const maxTenantLength = 256
+
+// TenantKey is the context key under which an adapter test's
+// authentication stores the tenant, if its framework keys values by any
+// value.
 type TenantKey struct{}
 
+// EscapedTenantHeader carries, URL-escaped (url.PathEscape), a tenant that
+// a header value can not: one with a NUL byte or a line break, which HTTP
+// clients refuse to send.
+const EscapedTenantHeader = "X-Tenant-ID-Escaped"
+
+// Tenant returns the tenant the kit's authentication finds, given the
+// values of the X-Tenant-ID and X-Tenant-ID-Escaped headers: the escaped
+// one, unescaped, if it is set.
+func Tenant(header, escaped string) string {
+	if escaped == "" {
+		return header
+	}
+	tenant, err := url.PathUnescape(escaped)
+	if err != nil {
+		return ""
+	}
+	return tenant
+}
+
 // Authenticate wraps h with the authentication of the kit for net/http
-// servers: it moves the X-Tenant-ID header into the request with with.
+// servers: it moves the tenant (see Tenant) into the request with with.
 func Authenticate(h http.Handler, with func(r *http.Request, tenant string) *http.Request) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tenant := r.Header.Get(tollgatehttp.DefaultTenantHeader); tenant != "" {
+		if tenant := Tenant(r.Header.Get(adapterkit.TenantHeader), r.Header.Get(EscapedTenantHeader)); tenant != "" {
 			r = with(r, tenant)
 		}
 		h.ServeHTTP(w, r)
@@ -101,19 +133,18 @@ func Authenticate(h http.Handler, with func(r *http.Request, tenant string) *htt
 // a client.
 const SecretError = "dial tcp 10.1.2.3:6379: secret internal detail"
 
-type failingStore struct{}
+// FailingStore is a tollgate.Store that fails every operation with
+// SecretError.
+type FailingStore struct{}
 
-func (failingStore) Take(context.Context, string, tollgate.Limit, int64) (tollgate.Result, error) {
-	return tollgate.Result{}, errors.New(SecretError)
-}
-
-func (failingStore) Do(context.Context, *tollgate.Op) error { return errors.New(SecretError) }
+// Do fails.
+func (FailingStore) Do(context.Context, *storekit.Op) error { return errors.New(SecretError) }
 
 // WithClock returns an option that makes a Limiter read the time of its
 // decisions from now, for adapters' tests that build their own Limiters on
 // a test clock.
 func WithClock(now func() time.Time) tollgate.Option {
-	return testhooks.LimiterClock(now).(tollgate.Option)
+	return hooks.LimiterClock(now).(tollgate.Option)
 }
 
 type kit struct {
@@ -145,26 +176,29 @@ func newKit(t *testing.T, newServer NewServer, store tollgate.Store, opts ...tol
 	if store == nil {
 		store = storetest.NewModelStore(clock.Now)
 	}
-	return startKit(t, newServer, store, append([]tollgate.Option{WithClock(clock.Now)}, opts...), clock)
+	return startKit(t, newServer, store, append([]tollgate.Option{WithClock(clock.Now)}, opts...), clock, Budget)
 }
 
 // newRealTimeKit starts a server whose limiter uses the reference store on
 // the real clock, for the cases that wait.
-func newRealTimeKit(t *testing.T, newServer NewServer) *kit {
+func newRealTimeKit(t *testing.T, newServer NewServer, opts ...tollgate.Option) *kit {
 	t.Helper()
-	return startKit(t, newServer, storetest.NewModelStore(time.Now), nil, nil)
+	return startKit(t, newServer, storetest.NewModelStore(time.Now), opts, nil, Budget)
 }
 
-func startKit(t *testing.T, newServer NewServer, store tollgate.Store, opts []tollgate.Option, clock *storetest.Clock) *kit {
+func startKit(t *testing.T, newServer NewServer, store tollgate.Store, opts []tollgate.Option, clock *storetest.Clock, budget string) *kit {
 	t.Helper()
 	resolver := NewResolver(t)
 	events := &Events{}
-	opts = append([]tollgate.Option{tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)
+	opts = append([]tollgate.Option{tollgate.WithLogger(nil), tollgate.WithObserver(events)}, opts...)
 	l, err := tollgate.New(store, resolver, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := newServer(t, Setup{Limiter: l})
+	return connect(t, newServer(t, Setup{Limiter: l, Budget: budget}), clock, resolver, events)
+}
+
+func connect(t *testing.T, base string, clock *storetest.Clock, resolver *tollgate.StaticResolver, events *Events) *kit {
 	client := &http.Client{Timeout: 10 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
 	return &kit{t: t, base: strings.TrimRight(base, "/"), clock: clock, client: client, tenants: resolver, events: events}
@@ -176,16 +210,32 @@ type response struct {
 	body   string
 }
 
+// get sends GET path as tenant, in X-Tenant-ID if a header value can carry
+// it, else in X-Tenant-ID-Escaped.
 func (k *kit) get(path, tenant string) response {
 	k.t.Helper()
 	req, err := http.NewRequest(http.MethodGet, k.base+path, nil)
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	if tenant != "" {
-		req.Header.Set(tollgatehttp.DefaultTenantHeader, tenant)
+	switch {
+	case tenant == "":
+	case headerSafe(tenant):
+		req.Header.Set(adapterkit.TenantHeader, tenant)
+	default:
+		req.Header.Set(EscapedTenantHeader, url.PathEscape(tenant))
 	}
 	return k.do(req)
+}
+
+// headerSafe reports whether s can travel as a header value as it is.
+func headerSafe(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return strings.TrimSpace(s) == s
 }
 
 func (k *kit) do(req *http.Request) response {
@@ -240,6 +290,15 @@ func (k *kit) wantStatus(r response, status int) {
 	}
 }
 
+// wantOK checks that r is the handler's answer.
+func (k *kit) wantOK(r response) {
+	k.t.Helper()
+	k.wantStatus(r, http.StatusOK)
+	if r.body != "ok" {
+		k.t.Fatalf("body %q, want the handler's %q", r.body, "ok")
+	}
+}
+
 // wantJSONError checks that r's body is a JSON object whose "error" is code.
 func (k *kit) wantJSONError(r response, code string) map[string]any {
 	k.t.Helper()
@@ -265,10 +324,7 @@ func Run(t *testing.T, newServer NewServer) {
 		k := newKit(t, newServer, nil)
 		for i := int64(1); i <= Small.Limit.Burst; i++ {
 			r := k.get("/limited", "t-small")
-			k.wantStatus(r, http.StatusOK)
-			if r.body != "ok" {
-				t.Fatalf("body %q, want the handler's %q", r.body, "ok")
-			}
+			k.wantOK(r)
 			k.wantFigures(r, Small, Small.Limit.Burst-i, i, 1) // a token a second
 			if v := r.header.Get("Retry-After"); v != "" {
 				t.Errorf("Retry-After = %q on an allowed request", v)
@@ -279,7 +335,7 @@ func Run(t *testing.T, newServer NewServer) {
 	t.Run("BurstThen429", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		for i := int64(0); i < Small.Limit.Burst; i++ {
-			k.wantStatus(k.get("/limited", "t-small"), http.StatusOK)
+			k.wantOK(k.get("/limited", "t-small"))
 		}
 		r := k.get("/limited", "t-small")
 		k.wantStatus(r, http.StatusTooManyRequests)
@@ -287,7 +343,7 @@ func Run(t *testing.T, newServer NewServer) {
 		if got := r.header.Get("Retry-After"); got != "1" {
 			t.Errorf("Retry-After = %q, want %q", got, "1")
 		}
-		body := k.wantJSONError(r, tollgatehttp.CodeRateLimited)
+		body := k.wantJSONError(r, adapterkit.CodeRateLimited)
 		if body["retry_after"] != float64(1) || body["policy"] != Small.Name {
 			t.Errorf("body retry_after = %v, policy = %v; want 1 and %q", body["retry_after"], body["policy"], Small.Name)
 		}
@@ -295,7 +351,7 @@ func Run(t *testing.T, newServer NewServer) {
 		k.clock.Advance(999 * time.Millisecond)
 		k.wantStatus(k.get("/limited", "t-small"), http.StatusTooManyRequests)
 		k.clock.Advance(time.Millisecond)
-		k.wantStatus(k.get("/limited", "t-small"), http.StatusOK)
+		k.wantOK(k.get("/limited", "t-small"))
 	})
 
 	t.Run("RetryAfterRoundsUp", func(t *testing.T) {
@@ -318,14 +374,14 @@ func Run(t *testing.T, newServer NewServer) {
 		}
 		k.wantStatus(k.get("/limited", "tenant-a"), http.StatusTooManyRequests)
 		r := k.get("/limited", "tenant-b")
-		k.wantStatus(r, http.StatusOK)
+		k.wantOK(r)
 		k.wantFigures(r, Small, Small.Limit.Burst-1, 1, 1)
 	})
 
 	t.Run("Plans", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		r := k.get("/limited", "t-big")
-		k.wantStatus(r, http.StatusOK)
+		k.wantOK(r)
 		k.wantFigures(r, Big, Big.Limit.Burst-1, 1, 1) // 100ms rounds up to 1s
 
 		// A plan change applies from the next request on.
@@ -333,7 +389,7 @@ func Run(t *testing.T, newServer NewServer) {
 			t.Fatal(err)
 		}
 		r = k.get("/limited", "t-big")
-		k.wantStatus(r, http.StatusOK)
+		k.wantOK(r)
 		if got := r.header.Get("X-RateLimit-Limit"); got != "3" {
 			t.Errorf("after the downgrade X-RateLimit-Limit = %q, want 3", got)
 		}
@@ -342,10 +398,10 @@ func Run(t *testing.T, newServer NewServer) {
 	t.Run("Cost", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		r := k.get("/costly", "t-big")
-		k.wantStatus(r, http.StatusOK)
+		k.wantOK(r)
 		k.wantFigures(r, Big, 5, 1, 1)
 		r = k.get("/costly", "t-big")
-		k.wantStatus(r, http.StatusOK)
+		k.wantOK(r)
 		k.wantFigures(r, Big, 0, 1, 1)
 		r = k.get("/costly", "t-big")
 		k.wantStatus(r, http.StatusTooManyRequests)
@@ -358,17 +414,15 @@ func Run(t *testing.T, newServer NewServer) {
 		k := newKit(t, newServer, nil)
 		r := k.get("/costly", "t-tiny")
 		k.wantStatus(r, http.StatusInternalServerError)
-		k.wantJSONError(r, tollgatehttp.CodeInternalError)
-		if v := r.header.Get("Retry-After"); v != "" {
-			t.Errorf("Retry-After = %q on a request that can never succeed", v)
-		}
+		k.wantJSONError(r, adapterkit.CodeInternalError)
+		k.wantNoFigures(r)
 	})
 
 	t.Run("Skip", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		for i := 0; i < 10; i++ {
 			r := k.get("/skipped", "t-small")
-			k.wantStatus(r, http.StatusOK)
+			k.wantOK(r)
 			k.wantNoFigures(r)
 		}
 		r := k.get("/limited", "t-small")
@@ -380,25 +434,42 @@ func Run(t *testing.T, newServer NewServer) {
 		for _, path := range []string{"/limited", "/by-header"} {
 			r := k.get(path, "")
 			k.wantStatus(r, http.StatusUnauthorized)
-			k.wantJSONError(r, tollgatehttp.CodeMissingTenant)
+			k.wantJSONError(r, adapterkit.CodeMissingTenant)
 			k.wantNoFigures(r)
 		}
+		// The application's own answer lets them through, unlimited.
+		for range Small.Limit.Burst + 1 {
+			r := k.get("/public", "")
+			k.wantOK(r)
+			k.wantNoFigures(r)
+		}
+		k.wantFigures(k.get("/public", "t-small"), Small, Small.Limit.Burst-1, 1, 1)
 	})
 
-	t.Run("TenantTooLong", func(t *testing.T) {
+	t.Run("InvalidTenant", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
-		r := k.get("/limited", strings.Repeat("t", tollgate.MaxTenantLength+1))
-		k.wantStatus(r, http.StatusBadRequest)
-		k.wantJSONError(r, tollgatehttp.CodeInvalidTenant)
-		k.wantNoFigures(r)
-		r = k.get("/limited", strings.Repeat("t", tollgate.MaxTenantLength))
-		k.wantStatus(r, http.StatusOK)
+		for _, tenant := range []string{
+			strings.Repeat("t", maxTenantLength+1), "nul\x00byte", "\x00", "line\nbreak", "tab\there", "del\x7f",
+		} {
+			for _, path := range []string{"/limited", "/custom"} {
+				r := k.get(path, tenant)
+				k.wantStatus(r, http.StatusBadRequest)
+				k.wantJSONError(r, adapterkit.CodeInvalidTenant)
+				k.wantNoFigures(r)
+			}
+		}
+		k.wantOK(k.get("/limited", strings.Repeat("t", maxTenantLength)))
+		// A NUL byte in the header itself: whether the framework's server
+		// refuses the request or the middleware does, it is a 400.
+		if status := rawStatus(t, k.base, "/by-header", adapterkit.TenantHeader+": acme\x00evil"); status != http.StatusBadRequest {
+			t.Errorf("a NUL byte in the tenant header: status %d, want 400", status)
+		}
 	})
 
 	t.Run("TenantFromHeaderByDefault", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		r := k.get("/by-header", "t-big")
-		k.wantStatus(r, http.StatusOK)
+		k.wantOK(r)
 		k.wantFigures(r, Big, Big.Limit.Burst-1, 1, 1)
 		// The same bucket as the authenticated routes': the tenant is one.
 		r = k.get("/limited", "t-big")
@@ -408,7 +479,7 @@ func Run(t *testing.T, newServer NewServer) {
 	t.Run("CustomDenial", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		for i := int64(0); i < Small.Limit.Burst; i++ {
-			k.wantStatus(k.get("/custom", "t-small"), http.StatusOK)
+			k.wantOK(k.get("/custom", "t-small"))
 		}
 		r := k.get("/custom", "t-small")
 		k.wantStatus(r, http.StatusTeapot)
@@ -425,7 +496,7 @@ func Run(t *testing.T, newServer NewServer) {
 	t.Run("BudgetAndRouteName", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		r := k.get("/reports/42", "t-big")
-		k.wantStatus(r, http.StatusOK)
+		k.wantOK(r)
 		wantPolicy := `"big";q=10;w=1, "big-reports";q=2;w=2`
 		if got := r.header.Get("RateLimit-Policy"); got != wantPolicy {
 			t.Errorf("RateLimit-Policy = %q, want %q", got, wantPolicy)
@@ -436,52 +507,99 @@ func Run(t *testing.T, newServer NewServer) {
 		if got := r.header.Get("X-RateLimit-Limit"); got != "2" {
 			t.Errorf("X-RateLimit-Limit = %q, want 2: the budget is closest to denying", got)
 		}
-		k.wantStatus(k.get("/reports/43", "t-big"), http.StatusOK)
+		k.wantOK(k.get("/reports/43", "t-big"))
 		r = k.get("/reports/44", "t-big")
 		k.wantStatus(r, http.StatusTooManyRequests)
-		body := k.wantJSONError(r, tollgatehttp.CodeRateLimited)
+		body := k.wantJSONError(r, adapterkit.CodeRateLimited)
 		if body["policy"] != "big-reports" {
 			t.Errorf("body policy = %v, want big-reports", body["policy"])
 		}
 		// The plan's own bucket spent 2 of 10 and nothing on the denial;
 		// routes without the budget still pass.
 		r = k.get("/limited", "t-big")
-		k.wantStatus(r, http.StatusOK)
+		k.wantOK(r)
 		k.wantFigures(r, Big, 7, 1, 1)
 		e := k.events.Last(t)
 		if e.Policy != "big-reports" || !strings.Contains(e.Route, "reports") || strings.Contains(e.Route, "44") {
-			t.Errorf("event policy %q route %q: want big-reports and the router's pattern, not the path", e.Policy, e.Route)
+			t.Errorf("throttled decision: policy %q route %q; want big-reports and the router's pattern, not the path", e.Policy, e.Route)
 		}
-		if e.Tenant != "t-big" || e.Budget != Budget {
-			t.Errorf("event tenant %q budget %q", e.Tenant, e.Budget)
+		if e.Tenant != "t-big" || e.Budget != Budget || e.Method != http.MethodGet {
+			t.Errorf("throttled decision: tenant %q budget %q method %q", e.Tenant, e.Budget, e.Method)
+		}
+	})
+
+	t.Run("BudgetNoPlanHas", func(t *testing.T) {
+		logs := CaptureDefaultLog(t)
+		const typo = "reprots"
+		clock := storetest.NewClock()
+		l, err := tollgate.New(storetest.NewModelStore(clock.Now), NewResolver(t), tollgate.WithLogger(nil), WithClock(clock.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := connect(t, newServer(t, Setup{Limiter: l, Budget: typo}), clock, nil, nil)
+		if logs.Count(misconfiguredMsg) != 1 || logs.Count(typo) != 1 {
+			t.Errorf("building middleware with the budget %q logged, want one misconfiguration naming it:\n%s", typo, logs)
+		}
+		for range 2 {
+			r := k.get("/reports/1", "t-big")
+			k.wantStatus(r, http.StatusInternalServerError)
+			k.wantJSONError(r, adapterkit.CodeInternalError)
+			k.wantNoFigures(r)
+		}
+		k.wantFigures(k.get("/limited", "t-big"), Big, Big.Limit.Burst-1, 1, 1)
+		if n := logs.Count(misconfiguredMsg); n != 1 {
+			t.Errorf("the misconfiguration was logged %d times; want once, at build", n)
 		}
 	})
 
 	t.Run("FailOpen", func(t *testing.T) {
-		k := newKit(t, newServer, failingStore{})
+		k := newKit(t, newServer, FailingStore{})
 		r := k.get("/limited", "t-small")
-		k.wantStatus(r, http.StatusOK)
-		if r.body != "ok" {
-			t.Errorf("body %q, want the handler's", r.body)
-		}
+		k.wantOK(r)
 		k.wantNoFigures(r)
 	})
 
 	t.Run("FailClosed", func(t *testing.T) {
-		k := newKit(t, newServer, failingStore{}, tollgate.WithFailurePolicy(tollgate.FailClosed))
+		k := newKit(t, newServer, FailingStore{}, tollgate.WithFailClosed(true))
 		r := k.get("/limited", "t-small")
 		k.wantStatus(r, http.StatusServiceUnavailable)
-		k.wantJSONError(r, tollgatehttp.CodeUnavailable)
+		k.wantJSONError(r, adapterkit.CodeUnavailable)
 		k.wantNoFigures(r)
+	})
+
+	t.Run("Shadow", func(t *testing.T) {
+		k := newKit(t, newServer, nil, tollgate.WithShadow())
+		for range Small.Limit.Burst + 2 {
+			r := k.get("/limited", "t-small")
+			k.wantOK(r)
+			k.wantNoFigures(r)
+		}
+		if e := k.events.Last(t); e.Outcome() != "shadow_denied" || e.Tenant != "t-small" {
+			t.Errorf("last throttled decision: %s of %q, want shadow_denied of t-small", e.Outcome(), e.Tenant)
+		}
+	})
+
+	t.Run("ShadowHeaders", func(t *testing.T) {
+		k := newKit(t, newServer, nil, tollgate.WithShadow(Small.Name), tollgate.WithShadowHeaders(true))
+		for i := int64(1); i <= Small.Limit.Burst+1; i++ {
+			r := k.get("/limited", "t-small")
+			k.wantOK(r)
+			k.wantFigures(r, Small, max(Small.Limit.Burst-i, 0), min(i, Small.Limit.Burst), 1)
+		}
+		// Other plans are enforced.
+		for range Tiny.Limit.Burst {
+			k.get("/limited", "t-tiny")
+		}
+		k.wantStatus(k.get("/limited", "t-tiny"), http.StatusTooManyRequests)
 	})
 
 	t.Run("HostileTenants", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		for _, tenant := range []string{
-			strings.Repeat("A", 200), "{x}", "%00", "\u00e9\u00e8", "t-small ", `"quoted"`, "a,b", "../../x",
+			strings.Repeat("A", 200), "{x}", "%00", "\u00e9\u00e8", "\xff\xfe", "t-small ", " t-small", `"quoted"`, "a,b", "../../x",
 		} {
 			r := k.get("/limited", tenant)
-			k.wantStatus(r, http.StatusOK)
+			k.wantOK(r)
 			if got := r.header.Get("X-RateLimit-Remaining"); got != "2" {
 				t.Errorf("tenant %.20q: X-RateLimit-Remaining = %q, want 2 (a bucket of its own)", tenant, got)
 			}
@@ -490,17 +608,16 @@ func Run(t *testing.T, newServer NewServer) {
 
 	t.Run("NilLimiter", func(t *testing.T) {
 		logs := CaptureDefaultLog(t)
-		k := &kit{t: t, base: strings.TrimRight(newServer(t, Setup{}), "/"), client: &http.Client{Timeout: 10 * time.Second}}
-		t.Cleanup(k.client.CloseIdleConnections)
+		k := connect(t, newServer(t, Setup{Budget: Budget}), nil, nil, nil)
 		built := logs.Count(misconfiguredMsg)
-		if built == 0 || !strings.Contains(logs.String(), tollgatehttp.ErrNoLimiter.Error()) {
+		if built == 0 || !strings.Contains(logs.String(), adapterkit.ErrNoLimiter.Error()) {
 			t.Errorf("building middleware without a Limiter logged no misconfiguration naming it:\n%s", logs)
 		}
-		for _, path := range []string{"/limited", "/skipped", "/costly", "/custom", "/reports/1", "/by-header", "/held"} {
+		for _, path := range []string{"/limited", "/skipped", "/costly", "/custom", "/public", "/reports/1", "/by-header", "/held"} {
 			for range 2 {
 				r := k.get(path, "t-small")
 				k.wantStatus(r, http.StatusInternalServerError)
-				k.wantJSONError(r, tollgatehttp.CodeInternalError)
+				k.wantJSONError(r, adapterkit.CodeInternalError)
 				k.wantNoFigures(r)
 				if strings.Contains(r.body, "nil") {
 					t.Errorf("%s: body %q names the cause, which is for the log", path, r.body)
@@ -514,17 +631,17 @@ func Run(t *testing.T, newServer NewServer) {
 
 	t.Run("DelayMode", func(t *testing.T) { runDelayMode(t, newServer) })
 
+	t.Run("ShadowNeverHolds", func(t *testing.T) { runShadowNeverHolds(t, newServer) })
+
 	t.Run("ConcurrentRequests", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		var mu sync.Mutex
 		statuses := map[int]int{}
 		var wg sync.WaitGroup
-		for i := 0; i < 40; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+		for range 40 {
+			wg.Go(func() {
 				req, _ := http.NewRequest(http.MethodGet, k.base+"/limited", nil)
-				req.Header.Set(tollgatehttp.DefaultTenantHeader, "t-big")
+				req.Header.Set(adapterkit.TenantHeader, "t-big")
 				resp, err := k.client.Do(req)
 				if err != nil {
 					t.Error(err)
@@ -535,7 +652,7 @@ func Run(t *testing.T, newServer NewServer) {
 				mu.Lock()
 				statuses[resp.StatusCode]++
 				mu.Unlock()
-			}()
+			})
 		}
 		wg.Wait()
 		if statuses[http.StatusOK] != int(Big.Limit.Burst) || statuses[http.StatusTooManyRequests] != 40-int(Big.Limit.Burst) {

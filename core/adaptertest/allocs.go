@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
 // AllocsPerRun is testing.AllocsPerRun, skipping t under the race
@@ -24,7 +24,7 @@ func AllocsPerRun(t *testing.T, runs int, f func()) float64 {
 // allowed path, beyond extra: limited, the framework with the adapter over
 // l, may allocate per request what bare, the same framework without it,
 // allocates, plus what l's decision and its response headers take by
-// themselves (measured here through tollgatehttp), plus extra. Both serve
+// themselves (DecisionAllocs with adapterkit.WriteHeaders), plus extra. Both serve
 // GET /x with a handler that writes only a status; the tenant is in the
 // X-Tenant-ID header, and l must allow every request.
 func CheckAllocs(t *testing.T, l *tollgate.Limiter, bare, limited http.Handler, extra float64) {
@@ -33,7 +33,7 @@ func CheckAllocs(t *testing.T, l *tollgate.Limiter, bare, limited http.Handler, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(tollgatehttp.DefaultTenantHeader, "acme")
+	req.Header.Set(adapterkit.TenantHeader, "acme")
 	w := &discard{header: make(http.Header)}
 	serve := func(h http.Handler) func() {
 		return func() {
@@ -41,13 +41,9 @@ func CheckAllocs(t *testing.T, l *tollgate.Limiter, bare, limited http.Handler, 
 			h.ServeHTTP(w, req)
 		}
 	}
-	ctx := context.Background()
-	decision := AllocsPerRun(t, 200, func() {
-		var a tollgatehttp.Answer
-		r := tollgate.Request{Tenant: "acme", Method: http.MethodGet}
-		tollgatehttp.Decide(ctx, l, &r, &a)
+	decision := DecisionAllocs(t, l, func(d *tollgate.Decision) {
 		clear(w.header)
-		tollgatehttp.WriteHeaders(w.header, &a.Decision)
+		adapterkit.WriteHeaders(w.header, d)
 	})
 	base := AllocsPerRun(t, 200, serve(bare))
 	got := AllocsPerRun(t, 200, serve(limited))
@@ -70,3 +66,23 @@ type discard struct {
 func (w *discard) Header() http.Header         { return w.header }
 func (w *discard) WriteHeader(status int)      { w.status = status }
 func (w *discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// DecisionAllocs returns the allocations of a decision of l on a request
+// of tenant acme as the adapters make it (adapterkit.Handler.Decide), and
+// of writing its headers with write.
+func DecisionAllocs(t *testing.T, l *tollgate.Limiter, write func(d *tollgate.Decision)) float64 {
+	t.Helper()
+	h, err := adapterkit.Build(adapterkit.Spec[struct{}]{Limiter: l}, adapterkit.Framework{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := adapterkit.Call{Context: context.Background(), Method: http.MethodGet, Route: "/x", Tenant: "acme"}
+	return AllocsPerRun(t, 200, func() {
+		a := h.Decide(struct{}{}, &call, adapterkit.Headers{})
+		if a.Status != 0 {
+			t.Fatalf("answer %d %+v: want the request allowed", a.Status, a.Body)
+		}
+		write(&a.Decision)
+		a.Release()
+	})
+}

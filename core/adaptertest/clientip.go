@@ -94,6 +94,10 @@ func RunClientIP(t *testing.T, newServer NewClientIPServer) {
 			{[]string{"X-Real-IP", "203.0.113.4"}, "203.0.113.4"},
 			// One IPv6 client holds a /64.
 			{[]string{"X-Forwarded-For", "2001:db8:1:2::5"}, "2001:db8:1:2::/64"},
+			// Empty elements list no hop: the client is the last
+			// address, not the proxy that sent them.
+			{[]string{"X-Forwarded-For", "203.0.113.5,,"}, "203.0.113.5"},
+			{[]string{"X-Forwarded-For", "203.0.113.6, , 127.0.0.9,"}, "203.0.113.6"},
 			{[]string{"X-Forwarded-For", "garbage"}, "127.0.0.1"},
 			{nil, "127.0.0.1"},
 		} {
@@ -106,6 +110,8 @@ func RunClientIP(t *testing.T, newServer NewClientIPServer) {
 		spent(t, l, "203.0.113.2", 1)
 		spent(t, l, "203.0.113.3", 1)
 		spent(t, l, "203.0.113.4", 1)
+		spent(t, l, "203.0.113.5", 1)
+		spent(t, l, "203.0.113.6", 1)
 		spent(t, l, "2001:db8:1:2::/64", 1)
 		spent(t, l, "127.0.0.1", 2)
 		spent(t, l, "1.1.1.1", 0)

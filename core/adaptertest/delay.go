@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
 // A timedResponse is one response of a burst and when it came, since the
@@ -39,7 +40,7 @@ func (k *kit) burst(path, tenant string, n int) []timedResponse {
 				k.t.Error(err)
 				return
 			}
-			req.Header.Set(tollgatehttp.DefaultTenantHeader, tenant)
+			req.Header.Set(adapterkit.TenantHeader, tenant)
 			<-start
 			resp, err := client.Do(req)
 			if err != nil {
@@ -127,5 +128,18 @@ func (k *kit) wantHeldFigures(r timedResponse) {
 	}
 	if v := r.header.Get("Retry-After"); v != "" {
 		k.t.Errorf("held request: Retry-After = %q on a request that was served", v)
+	}
+}
+
+// runShadowNeverHolds sends 40 requests at once to GET /held as a tenant on
+// the Free plan (burst 20 at 2/s) with every plan in shadow mode: every one
+// is served at once, none held, though the delay mode would hold one.
+func runShadowNeverHolds(t *testing.T, newServer NewServer) {
+	k := newRealTimeKit(t, newServer, tollgate.WithShadow())
+	for i, r := range k.burst("/held", "t-free", 40) {
+		if r.status != http.StatusOK || r.took >= 400*time.Millisecond {
+			t.Errorf("request %d: %d after %v; want 200 at once", i, r.status, r.took)
+		}
+		k.wantNoFigures(r.response)
 	}
 }

@@ -1,11 +1,13 @@
 package adaptertest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,47 +19,51 @@ import (
 	"github.com/tollgate-go/tollgate/core/storetest"
 )
 
-// Events records the throttle events a Limiter reports. It is safe for
+// Events records the throttled decisions of a Limiter, denied or denied
+// in shadow mode: pass it to tollgate.WithObserver. It is safe for
 // concurrent use; the zero Events is empty and ready.
 type Events struct {
 	mu   sync.Mutex
-	list []tollgate.ThrottleEvent
+	list []tollgate.Decision
 }
 
-// Record adds e; pass it to tollgate.WithOnThrottle.
-func (ev *Events) Record(_ context.Context, e tollgate.ThrottleEvent) {
+// Observe records a copy of d if it was throttled.
+func (ev *Events) Observe(_ context.Context, d *tollgate.Decision) {
+	if o := d.Outcome(); o != "denied" && o != "shadow_denied" {
+		return
+	}
 	ev.mu.Lock()
-	ev.list = append(ev.list, e)
+	ev.list = append(ev.list, *d)
 	ev.mu.Unlock()
 }
 
-// All returns the events recorded so far, oldest first.
-func (ev *Events) All() []tollgate.ThrottleEvent {
+// All returns the decisions recorded so far, oldest first.
+func (ev *Events) All() []tollgate.Decision {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
-	return append([]tollgate.ThrottleEvent(nil), ev.list...)
+	return append([]tollgate.Decision(nil), ev.list...)
 }
 
-// Last returns the latest event, failing t if there is none.
-func (ev *Events) Last(t *testing.T) tollgate.ThrottleEvent {
+// Last returns the latest decision recorded, failing t if there is none.
+func (ev *Events) Last(t *testing.T) tollgate.Decision {
 	t.Helper()
 	all := ev.All()
 	if len(all) == 0 {
-		t.Fatal("no throttle event")
+		t.Fatal("no throttled decision")
 	}
 	return all[len(all)-1]
 }
 
 // NewLimiter returns a Limiter for an adapter's own tests: the reference
-// store (storetest.ModelStore) and the Limiter on one stopped clock (returned, to
-// move it), plans for every tenant, no logging, and its throttle events
-// recorded in the returned Events. opts come after those settings and may
-// override them.
+// store (storetest.ModelStore) and the Limiter on one stopped clock
+// (returned, to move it), plans for every tenant, no logging, and its
+// throttled decisions recorded in the returned Events. opts come after
+// those settings and may override them.
 func NewLimiter(t *testing.T, plans tollgate.PlanResolver, opts ...tollgate.Option) (*tollgate.Limiter, *Events, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock()
 	ev := &Events{}
-	opts = append([]tollgate.Option{WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithOnThrottle(ev.Record)}, opts...)
+	opts = append([]tollgate.Option{WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithObserver(ev)}, opts...)
 	l, err := tollgate.New(storetest.NewModelStore(clock.Now), plans, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +141,7 @@ func Drain(t *testing.T, burst int, method, url string, header ...string) {
 	}
 }
 
-// misconfiguredMsg is the message that tollgatehttp.LogMisconfiguration
+// misconfiguredMsg is the message that adapterkit.LogMisconfiguration
 // writes.
 const misconfiguredMsg = "rate limiter misconfigured"
 
@@ -175,6 +181,7 @@ func (b *LogBuffer) Count(s string) int {
 // ends. It changes process-wide state: tests that use it must not run in
 // parallel.
 func CaptureDefaultLog(t *testing.T) *LogBuffer {
+	t.Helper()
 	b := &LogBuffer{}
 	old, oldOut, oldFlags := slog.Default(), log.Writer(), log.Flags()
 	slog.SetDefault(slog.New(slog.NewTextHandler(b, nil)))
@@ -186,4 +193,26 @@ func CaptureDefaultLog(t *testing.T) *LogBuffer {
 		log.SetFlags(oldFlags)
 	})
 	return b
+}
+
+// rawStatus sends GET path to base over a connection of its own, with
+// header, a "Name: value" line written as it is, however malformed, and
+// returns the status of the answer.
+func rawStatus(t *testing.T, base, path, header string) int {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: test\r\n"+header+"\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to a raw request: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

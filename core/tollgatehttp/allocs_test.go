@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
+	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
@@ -14,11 +16,7 @@ import (
 // measured is the Limiter and the HTTP layer.
 type freeStore struct{}
 
-func (freeStore) Take(context.Context, string, tollgate.Limit, int64) (tollgate.Result, error) {
-	return tollgate.Result{Allowed: true, Remaining: 1}, nil
-}
-
-func (freeStore) Do(_ context.Context, op *tollgate.Op) error {
+func (freeStore) Do(_ context.Context, op *storekit.Op) error {
 	op.Allowed = true
 	for range op.Rules {
 		op.Results = append(op.Results, tollgate.Result{Allowed: true, Remaining: 1})
@@ -26,31 +24,25 @@ func (freeStore) Do(_ context.Context, op *tollgate.Op) error {
 	return nil
 }
 
-// TestDecisionAllocs: a decision allocates nothing, and its headers once
-// (their values share one block).
-func TestDecisionAllocs(t *testing.T) {
+// TestAllocs: the headers of a decision take one allocation (their values
+// share one block), and the middleware none of its own.
+func TestAllocs(t *testing.T) {
 	plan := tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 1, Burst: 10},
-		Policies: []tollgate.Policy{{Quota: tollgate.PerDay(100)}}}
+		Policies: []tollgate.Policy{{Quota: tollgate.Quota{Tokens: 100, Period: tollgate.Daily}}}}
 	l, err := tollgate.New(freeStore{}, tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	var a tollgatehttp.Answer
-	decide := adaptertest.AllocsPerRun(t, 200, func() {
-		r := tollgate.Request{Tenant: "acme", Method: http.MethodGet}
-		tollgatehttp.Decide(ctx, l, &r, &a)
-	})
-	if !a.Decision.Allowed || len(a.Decision.Results()) != 2 {
-		t.Fatalf("decision %+v, want allowed by two policies", a.Decision)
+	d, err := l.Take(context.Background(), tollgate.Request{Tenant: "acme"})
+	if err != nil || !d.Allowed || len(d.Results()) != 2 {
+		t.Fatalf("decision %+v, %v: want allowed by two policies", d, err)
 	}
 	h := make(http.Header)
-	headers := adaptertest.AllocsPerRun(t, 200, func() {
+	if headers := adaptertest.AllocsPerRun(t, 200, func() {
 		clear(h)
-		tollgatehttp.WriteHeaders(h, &a.Decision)
-	})
-	if decide != 0 || headers > 1 {
-		t.Errorf("allocations: %v to decide, want 0; %v to write the headers, want at most 1", decide, headers)
+		adapterkit.WriteHeaders(h, &d)
+	}); headers > 1 {
+		t.Errorf("%v allocations to write the headers, want at most 1", headers)
 	}
 
 	mux := http.NewServeMux()

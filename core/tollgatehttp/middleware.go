@@ -1,27 +1,35 @@
 package tollgatehttp
 
 import (
-	"context"
-	"log/slog"
 	"net/http"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
-// An Option configures Middleware. Options may come in any order.
+// DefaultTenantHeader is the request header that middleware of every
+// framework reads the tenant from when the application gives no tenant
+// function. It suits a gateway that sets the header from the authenticated
+// principal; a client can put anything in a header.
+const DefaultTenantHeader = adapterkit.TenantHeader
+
+// An Option configures Middleware. Options may come in any order, and mean
+// the same in every tollgate adapter.
 type Option func(*middleware)
 
 type middleware struct {
-	spec          Spec[*http.Request]
+	spec          adapterkit.Spec[*http.Request]
 	deny          func(http.ResponseWriter, *http.Request, tollgate.Decision)
 	missingTenant http.Handler
+	h             *adapterkit.Handler[*http.Request]
 }
 
 // WithTenant sets how the middleware finds the tenant of a request (default:
-// the DefaultTenantHeader header). In production the tenant should come from
-// the authenticated principal, e.g. TenantFromContext; a bare header lets
-// any client spend any tenant's budget. See Spec.Tenant.
+// the DefaultTenantHeader header); "" means the request has none. In
+// production the tenant should come from the authenticated principal, e.g.
+// TenantFromContext; a bare header lets any client spend any tenant's
+// budget.
 func WithTenant(fn func(*http.Request) string) Option {
 	return func(m *middleware) { m.spec.Tenant = fn }
 }
@@ -44,83 +52,87 @@ func WithSkip(fn func(*http.Request) bool) Option {
 	return func(m *middleware) { m.spec.Skip = fn }
 }
 
-// WithRoute sets how events, logs and metrics name the route (default: the
-// http.ServeMux pattern that matched, else "").
+// WithRoute sets how logs and metrics name the route: the router's pattern,
+// never the raw path (default: the http.ServeMux pattern that matched, else
+// ""). It is called once for each request that is not skipped.
 func WithRoute(fn func(*http.Request) string) Option {
 	return func(m *middleware) { m.spec.Route = fn }
 }
 
 // WithBudget makes every request also draw from the named budget of its
 // tenant's plan (see tollgate.Policy), such as "reports" on an export route.
+// A budget that no plan has, when the Limiter's resolver knows its plans
+// (tollgate.StaticResolver, tollgate.SinglePlan), is a configuration error,
+// handled as a nil Limiter is.
 func WithBudget(name string) Option {
 	return func(m *middleware) { m.spec.Budget = name }
 }
 
-// WithMaxDelay holds a request that the policies would allow within d and
-// then serves it, instead of answering 429 (see Spec.MaxDelay); at most
-// maxHeld requests of one tenant are held at once (0 means
-// DefaultMaxHeld).
+// WithMaxDelay holds a request that its tenant's policies would allow within
+// d, and then serves it, instead of answering 429: a client slightly over
+// its rate is slowed down rather than bounced. A request that would wait
+// longer, or past its context's deadline, gets 429 at once; one whose client
+// goes away while it is held gives its tokens back. At most maxHeld requests
+// of one tenant are held at once (0 means 16); past that, a request is
+// answered at once. The headers describe the state after the wait. Plans in
+// shadow mode never hold a request.
 func WithMaxDelay(d time.Duration, maxHeld int) Option {
 	return func(m *middleware) { m.spec.MaxDelay, m.spec.MaxHeld = d, maxHeld }
 }
 
-// WithDenyHandler replaces the answer to a denied request (default: the
-// DenialStatus and DenialBody as JSON). The rate-limit headers, Retry-After
-// included, are already set when fn is called. nil keeps the default.
+// WithDenyHandler replaces the answer to a denied request (default:
+// WriteDenial). The rate-limit headers, Retry-After included, are set when
+// fn is called. nil keeps the default.
 func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d tollgate.Decision)) Option {
 	return func(m *middleware) { m.deny = fn }
 }
 
 // WithMissingTenantHandler replaces the answer to a request without a tenant
-// (default: 401 with MissingTenantBody). To let such requests through, pass
-// a handler that serves them, or exempt them with WithSkip. nil keeps the
-// default.
+// (default: 401 with a JSON body whose error is "missing_tenant"). To let
+// such requests through unlimited, pass a handler that serves them, or
+// exempt them with WithSkip. nil keeps the default.
 func WithMissingTenantHandler(h http.Handler) Option {
 	return func(m *middleware) { m.missingTenant = h }
 }
 
-// NetHTTP describes net/http requests to Build.
-var NetHTTP = Framework[*http.Request]{
-	Context: (*http.Request).Context,
-	Method:  func(r *http.Request) string { return r.Method },
-	Header:  func(r *http.Request, name string) string { return HeaderValue(r.Header, name) },
-	Route:   func(r *http.Request) string { return r.Pattern },
-}
-
 // Middleware returns net/http middleware that limits each request with l:
 // it sets the rate-limit headers on every limited response, answers a
-// denied request with 429 (or 503 under FailClosed while the store is down)
-// and a JSON body, and passes allowed requests on.
+// denied request with WriteDenial (429, or 503 when the store is down under
+// tollgate.WithFailClosed), a request without a tenant with 401 and one
+// whose tenant ID the Limiter refuses with 400, each with a JSON body, and
+// passes allowed requests on.
 //
 // A nil l is a configuration error: the middleware logs it once, now, and
-// answers every request with 500 and InternalErrorBody, rather than panic or
-// let requests through unlimited. Other mistakes (an invalid budget name)
-// are treated the same way.
+// answers every request 500 with a JSON body whose error is
+// "internal_error", rather than panic or let requests through unlimited.
+// Other mistakes (a budget no plan has) are treated the same way.
 func Middleware(l *tollgate.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	m := &middleware{spec: Spec[*http.Request]{Limiter: l}}
+	m := &middleware{spec: adapterkit.Spec[*http.Request]{Limiter: l}}
 	for _, o := range opts {
 		if o != nil {
 			o(m)
 		}
 	}
-	h, err := Build(m.spec, NetHTTP)
-	if err != nil {
-		return func(http.Handler) http.Handler { return Misconfigured(err) }
+	var err error
+	if m.h, err = adapterkit.Build(m.spec, adapterkit.Framework{}); err != nil {
+		adapterkit.LogMisconfiguration(err)
+		return func(http.Handler) http.Handler { return http.HandlerFunc(misconfigured) }
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.serve(h, w, r, next)
+			m.serve(w, r, next)
 		})
 	}
 }
 
-func (m *middleware) serve(h *Handler[*http.Request], w http.ResponseWriter, r *http.Request, next http.Handler) {
-	var a Answer
-	if !h.Decide(r, &a) {
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	call := adapterkit.Call{Context: r.Context(), Method: r.Method, Route: r.Pattern, Header: r.Header}
+	a := m.h.Decide(r, &call, adapterkit.Headers{Map: w.Header()})
+	if a == nil {
 		next.ServeHTTP(w, r)
 		return
 	}
-	WriteHeaders(w.Header(), &a.Decision)
+	defer a.Release()
 	switch {
 	case a.Status == 0:
 		next.ServeHTTP(w, r)
@@ -129,25 +141,23 @@ func (m *middleware) serve(h *Handler[*http.Request], w http.ResponseWriter, r *
 	case a.Denied() && m.deny != nil:
 		m.deny(w, r, a.Decision)
 	default:
-		WriteJSON(w, a.Status, a.Body)
+		adapterkit.WriteJSON(w, a.Status, a.Body)
 	}
 }
 
-// Misconfigured logs err at level Error, now, and returns a handler that
-// answers every request with 500 and InternalErrorBody: a configuration
-// mistake is loud at start-up and in the first test, without crashing the
-// process or letting requests through unlimited. The adapters do the same
-// in their frameworks' idioms.
-func Misconfigured(err error) http.Handler {
-	LogMisconfiguration(err)
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		WriteJSON(w, http.StatusInternalServerError, InternalErrorBody)
-	})
+// misconfigured answers a request to middleware built wrong; the mistake
+// was logged when it was built.
+func misconfigured(w http.ResponseWriter, _ *http.Request) {
+	adapterkit.WriteJSON(w, http.StatusInternalServerError, adapterkit.InternalErrorBody)
 }
 
-// LogMisconfiguration logs a middleware configuration error at level Error
-// on slog's default logger, as every adapter does when it is built wrong.
-func LogMisconfiguration(err error) {
-	slog.Default().LogAttrs(context.Background(), slog.LevelError,
-		"rate limiter misconfigured: every request will be refused", slog.String("error", err.Error()))
+// WriteDenial writes the default answer to a denied request: 429 Too Many
+// Requests with a JSON body that names the policy that denied and the
+// seconds to wait ({"error":"rate_limited","message":...,"retry_after":N,
+// "policy":...}), or 503 Service Unavailable with {"error":"unavailable",...}
+// when the store failed under fail-closed. A deny handler can fall back on
+// it for the requests it does not answer itself.
+func WriteDenial(w http.ResponseWriter, _ *http.Request, d tollgate.Decision) {
+	status, body := adapterkit.Denial(&d)
+	adapterkit.WriteJSON(w, status, body)
 }

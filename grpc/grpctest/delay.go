@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	tollgate "github.com/tollgate-go/tollgate/core"
 )
 
 // runDelayMode makes bursts of calls to Held as a tenant on adaptertest's
@@ -103,4 +105,23 @@ func first(vs []string) string {
 		return ""
 	}
 	return vs[0]
+}
+
+// runShadowNeverHolds makes 40 calls at once to Held as a tenant on the
+// Free plan with every plan in shadow mode: every one is served at once,
+// none held, though the delay mode would hold one.
+func runShadowNeverHolds(t *testing.T, service string, newServer NewServer) {
+	k := newRealTimeKit(t, service, newServer, tollgate.WithShadow())
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			began := time.Now()
+			r, err := call(k.conn, service, Held, "t-free")
+			if took := time.Since(began); err != nil || r.status.Code() != codes.OK || took >= 400*time.Millisecond {
+				t.Errorf("%v %v after %v; want OK at once", r, err, took)
+			}
+			k.wantNoFigures(r)
+		})
+	}
+	wg.Wait()
 }

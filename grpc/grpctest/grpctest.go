@@ -31,7 +31,6 @@ package grpctest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -49,10 +48,13 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
 	"github.com/tollgate-go/tollgate/core/storetest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
+
+// maxTenantLength is the longest tenant ID the engine accepts, in bytes.
+const maxTenantLength = 256
 
 // A Setup is what a server under test limits with. Its Limiter is nil in
 // one case only, NilLimiter, which checks the answer to that mistake.
@@ -66,27 +68,15 @@ type NewServer func(t *testing.T, setup Setup) []grpc.ServerOption
 
 // The metadata keys of the rate-limit fields.
 var (
-	keyLimit     = strings.ToLower(tollgatehttp.HeaderLimit)
-	keyRemaining = strings.ToLower(tollgatehttp.HeaderRemaining)
-	keyReset     = strings.ToLower(tollgatehttp.HeaderReset)
-	keyPolicy    = strings.ToLower(tollgatehttp.HeaderPolicy)
-	keyRateLimit = strings.ToLower(tollgatehttp.HeaderRateLimit)
-	keyRetry     = strings.ToLower(tollgatehttp.HeaderRetry)
+	keyLimit     = strings.ToLower(adapterkit.HeaderLimit)
+	keyRemaining = strings.ToLower(adapterkit.HeaderRemaining)
+	keyReset     = strings.ToLower(adapterkit.HeaderReset)
+	keyPolicy    = strings.ToLower(adapterkit.HeaderPolicy)
+	keyRateLimit = strings.ToLower(adapterkit.HeaderRateLimit)
+	keyRetry     = strings.ToLower(adapterkit.HeaderRetry)
 
 	rateLimitKeys = []string{keyLimit, keyRemaining, keyReset, keyPolicy, keyRateLimit, keyRetry}
 )
-
-// failingStore fails every call, with an error text that must never reach a
-// client.
-type failingStore struct{}
-
-func (failingStore) Take(context.Context, string, tollgate.Limit, int64) (tollgate.Result, error) {
-	return tollgate.Result{}, errors.New(adaptertest.SecretError)
-}
-
-func (failingStore) Do(context.Context, *tollgate.Op) error {
-	return errors.New(adaptertest.SecretError)
-}
 
 type kit struct {
 	t       *testing.T
@@ -110,16 +100,16 @@ func newKit(t *testing.T, service string, newServer NewServer, store tollgate.St
 
 // newRealTimeKit starts a server whose limiter uses the reference store on
 // the real clock, for the cases that wait.
-func newRealTimeKit(t *testing.T, service string, newServer NewServer) *kit {
+func newRealTimeKit(t *testing.T, service string, newServer NewServer, opts ...tollgate.Option) *kit {
 	t.Helper()
-	return startKit(t, service, newServer, storetest.NewModelStore(time.Now), nil, nil)
+	return startKit(t, service, newServer, storetest.NewModelStore(time.Now), opts, nil)
 }
 
 func startKit(t *testing.T, service string, newServer NewServer, store tollgate.Store, opts []tollgate.Option, clock *storetest.Clock) *kit {
 	t.Helper()
 	resolver := adaptertest.NewResolver(t)
 	events := &adaptertest.Events{}
-	opts = append([]tollgate.Option{tollgate.WithLogger(nil), tollgate.WithOnThrottle(events.Record)}, opts...)
+	opts = append([]tollgate.Option{tollgate.WithLogger(nil), tollgate.WithObserver(events)}, opts...)
 	l, err := tollgate.New(store, resolver, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -423,12 +413,20 @@ func run(t *testing.T, service string, newServer NewServer) {
 		}
 	})
 
-	t.Run("TenantTooLong", func(t *testing.T) {
+	t.Run("InvalidTenant", func(t *testing.T) {
 		k := newKit(t, service, newServer, nil)
-		r := k.call(Limited, strings.Repeat("t", tollgate.MaxTenantLength+1))
-		k.wantCode(r, codes.InvalidArgument)
-		k.wantNoFigures(r)
-		k.wantOK(k.call(Limited, strings.Repeat("t", tollgate.MaxTenantLength)))
+		tooLong := strings.Repeat("t", maxTenantLength+1)
+		for _, tc := range []struct{ method, tenant string }{
+			{Limited, tooLong}, {ByHeader, tooLong},
+			// Binary metadata carries what text can not, to the
+			// authenticated methods.
+			{Limited, "nul\x00byte"}, {Limited, "\x00"}, {Limited, "line\nbreak"}, {Limited, "del\x7f"},
+		} {
+			r := k.call(tc.method, tc.tenant)
+			k.wantCode(r, codes.InvalidArgument)
+			k.wantNoFigures(r)
+		}
+		k.wantOK(k.call(Limited, strings.Repeat("t", maxTenantLength)))
 	})
 
 	t.Run("TenantFromMetadataByDefault", func(t *testing.T) {
@@ -467,32 +465,52 @@ func run(t *testing.T, service string, newServer NewServer) {
 		k.wantFigures(r, big, 7, 1, 1)
 		e := k.events.Last(t)
 		if want := FullMethod(service, Reports); e.Policy != "big-reports" || e.Route != want {
-			t.Errorf("event policy %q route %q: want big-reports and %q", e.Policy, e.Route, want)
+			t.Errorf("throttled decision: policy %q route %q; want big-reports and %q", e.Policy, e.Route, want)
 		}
 		if e.Tenant != "t-big" || e.Budget != adaptertest.Budget {
-			t.Errorf("event tenant %q budget %q", e.Tenant, e.Budget)
+			t.Errorf("throttled decision: tenant %q budget %q", e.Tenant, e.Budget)
 		}
 	})
 
 	t.Run("FailOpen", func(t *testing.T) {
-		k := newKit(t, service, newServer, failingStore{})
+		k := newKit(t, service, newServer, adaptertest.FailingStore{})
 		r := k.call(Limited, "t-small")
 		k.wantOK(r)
 		k.wantNoFigures(r)
 	})
 
 	t.Run("FailClosed", func(t *testing.T) {
-		k := newKit(t, service, newServer, failingStore{}, tollgate.WithFailurePolicy(tollgate.FailClosed))
+		k := newKit(t, service, newServer, adaptertest.FailingStore{}, tollgate.WithFailClosed(true))
 		r := k.call(Limited, "t-small")
 		k.wantCode(r, codes.Unavailable)
 		k.wantNoFigures(r)
 	})
 
+	t.Run("Shadow", func(t *testing.T) {
+		k := newKit(t, service, newServer, nil, tollgate.WithShadow())
+		for range small.Limit.Burst + 2 {
+			r := k.call(Limited, "t-small")
+			k.wantOK(r)
+			k.wantNoFigures(r)
+		}
+		if e := k.events.Last(t); e.Outcome() != "shadow_denied" {
+			t.Errorf("last throttled decision: %s, want shadow_denied", e.Outcome())
+		}
+	})
+
+	t.Run("ShadowHeaders", func(t *testing.T) {
+		k := newKit(t, service, newServer, nil, tollgate.WithShadow(small.Name), tollgate.WithShadowHeaders(true))
+		for i := int64(1); i <= small.Limit.Burst+1; i++ {
+			r := k.call(Limited, "t-small")
+			k.wantOK(r)
+			k.wantFigures(r, small, max(small.Limit.Burst-i, 0), min(i, small.Limit.Burst), 1)
+		}
+	})
+
 	t.Run("HostileTenants", func(t *testing.T) {
 		k := newKit(t, service, newServer, nil)
 		for _, tenant := range []string{
-			strings.Repeat("A", 200), "{x}", "%00", "\u00e9\u00e8", "t-small ", `"quoted"`, "a,b", "../../x",
-			"\x00", "line\nbreak", "\xff\xfe",
+			strings.Repeat("A", 200), "{x}", "%00", "\u00e9\u00e8", "t-small ", `"quoted"`, "a,b", "../../x", "\xff\xfe",
 		} {
 			r := k.call(Limited, tenant)
 			k.wantOK(r)
@@ -503,6 +521,8 @@ func run(t *testing.T, service string, newServer NewServer) {
 	})
 
 	t.Run("DelayMode", func(t *testing.T) { runDelayMode(t, service, newServer) })
+
+	t.Run("ShadowNeverHolds", func(t *testing.T) { runShadowNeverHolds(t, service, newServer) })
 
 	t.Run("ConcurrentCalls", func(t *testing.T) {
 		k := newKit(t, service, newServer, nil)
@@ -530,7 +550,7 @@ func run(t *testing.T, service string, newServer NewServer) {
 	t.Run("NilLimiter", func(t *testing.T) {
 		logs := adaptertest.CaptureDefaultLog(t)
 		k := &kit{t: t, service: service, conn: Serve(t, newServer(t, Setup{})...)}
-		cause := tollgatehttp.ErrNoLimiter.Error()
+		cause := adapterkit.ErrNoLimiter.Error()
 		built := logs.Count(cause)
 		if built == 0 {
 			t.Errorf("building interceptors without a Limiter logged no misconfiguration naming it:\n%s", logs)

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
 // The kit's two services. Each has the methods Limited, Costly, Skipped,
@@ -60,7 +60,7 @@ type TenantKey struct{}
 var binaryTenantKey = tenantKey + "-bin"
 
 // tenantKey is the metadata key of the tenant, as the adapters' default.
-var tenantKey = strings.ToLower(tollgatehttp.DefaultTenantHeader)
+var tenantKey = strings.ToLower(adapterkit.TenantHeader)
 
 // authenticated returns ctx with the tenant of its incoming metadata stored
 // under TenantKey, as an application's authentication interceptor stores

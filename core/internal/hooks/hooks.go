@@ -1,11 +1,13 @@
 // Package hooks gives the module's own packages what the engine keeps out
 // of its public API: the test kits (adaptertest, storetest) a Limiter's test
-// clock, and the HTTP layer a memo per plan for its header values. The
-// engine fills the variables in at init; their types use any to keep this
-// package free of imports.
+// clock, and the HTTP layer a memo per plan for its header values and a
+// way to decide into a Decision of its own. The engine fills the variables
+// in at init; their types use any to keep this package free of imports of
+// the engine.
 package hooks
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 )
@@ -18,3 +20,9 @@ var LimiterClock func(now func() time.Time) any
 // one value per compiled plan and budget, for what the HTTP layer derives
 // from the policies alone. It returns nil for a decision without figures.
 var PolicyMemo func(d any) *atomic.Value
+
+// TakeInto is l.Take(ctx, *req) into d, where l is a *tollgate.Limiter, req
+// a *tollgate.Request and d a *tollgate.Decision: the HTTP layer decides
+// into answers it reuses, which spares it allocating a Decision and
+// copying it out on every request.
+var TakeInto func(ctx context.Context, l, req, d any) error

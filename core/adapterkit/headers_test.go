@@ -1,4 +1,4 @@
-package tollgatehttp_test
+package adapterkit_test
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
+	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
-	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
 var free = tollgate.DefaultPlans()[0]
@@ -32,7 +33,7 @@ func newLimiter(t *testing.T, plan tollgate.Plan) (*tollgate.Limiter, *storetest
 
 func headersOf(d tollgate.Decision) http.Header {
 	h := http.Header{}
-	tollgatehttp.WriteHeaders(h, &d)
+	adapterkit.WriteHeaders(h, &d)
 	return h
 }
 
@@ -70,7 +71,7 @@ func TestHeaders(t *testing.T) {
 		t.Fatal("bucket should be empty")
 	}
 	visited := map[string]string{}
-	tollgatehttp.VisitHeaders(&d, func(k, v string) { visited[k] = v })
+	adapterkit.VisitHeaders(&d, func(k, v string) { visited[k] = v })
 	if visited["Retry-After"] != "1" { // 300ms rounds up to 1, never 0
 		t.Errorf("Retry-After = %q, want 1", visited["Retry-After"])
 	}
@@ -83,7 +84,7 @@ func TestHeaders(t *testing.T) {
 
 func TestHeadersOfSeveralPolicies(t *testing.T) {
 	plan := tollgate.Plan{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{
-		{Quota: tollgate.PerDay(12)},
+		{Quota: tollgate.Quota{Tokens: 12, Period: tollgate.Daily}},
 	}}
 	l, clock := newLimiter(t, plan)
 	ctx := context.Background()
@@ -113,8 +114,8 @@ func TestHeadersOfSeveralPolicies(t *testing.T) {
 	if got := h.Get("X-RateLimit-Limit"); got != "12" {
 		t.Errorf("X-RateLimit-Limit = %s, want the quota's 12", got)
 	}
-	body := tollgatehttp.DenialBody(&d)
-	if body.Policy != "trial-daily" || body.RetryAfter != int64(left/time.Second) {
+	status, body := adapterkit.Denial(&d)
+	if status != http.StatusTooManyRequests || body.Policy != "trial-daily" || body.RetryAfter != int64(left/time.Second) {
 		t.Errorf("body %+v", body)
 	}
 	assertRetryAfterNotBeforeT(t, h)
@@ -141,7 +142,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 	for d, want := range map[time.Duration]int64{
 		time.Nanosecond: 1, 999 * time.Millisecond: 1, time.Second: 1, time.Second + 1: 2, 90 * time.Second: 90, 0: 1,
 	} {
-		if got := tollgatehttp.RetryAfterSeconds(d); got != want {
+		if got := adapterkit.RetryAfterSeconds(d); got != want {
 			t.Errorf("RetryAfterSeconds(%v) = %d, want %d", d, got, want)
 		}
 	}
@@ -155,60 +156,24 @@ func TestPolicyWindowIsAtLeastOneSecond(t *testing.T) {
 	}
 }
 
-func TestPlanNames(t *testing.T) {
-	for _, name := range []string{"", strings.Repeat("p", 65), "caf\u00e9", "a\nb", "tab\there", `pro "plus"`, `back\slash`, "a,b", "semi;colon", "sp ace"} {
-		if err := (tollgate.Plan{Name: name, Limit: free.Limit}).Validate(); err == nil {
-			t.Errorf("plan name %q accepted", name)
-		}
-	}
-	// A resolver that makes up an invalid plan gets a configuration error,
-	// which middleware answers 500, never a panic or a broken header.
-	l, err := tollgate.New(storetest.NewModelStore(time.Now), tollgate.PlanResolverFunc(
-		func(context.Context, string) (tollgate.Plan, error) {
-			return tollgate.Plan{Name: strings.Repeat(`"`, 150), Limit: free.Limit}, nil
-		}), tollgate.WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := tollgatehttp.Middleware(l)(http.HandlerFunc(ok))
-	req, _ := http.NewRequest(http.MethodGet, "/", nil)
-	req.Header.Set("X-Tenant-ID", "t")
-	rec := newRecorder()
-	h.ServeHTTP(rec, req)
-	if rec.status != http.StatusInternalServerError || rec.header.Get("RateLimit") != "" {
-		t.Errorf("invalid plan from a resolver: status %d, headers %v", rec.status, rec.header)
-	}
-	// The longest valid name, every character of the set.
-	long := strings.Repeat("aZ09-_.:/+", 7)[:tollgate.MaxNameLength]
-	l2, _ := newLimiter(t, tollgate.Plan{Name: long, Limit: free.Limit})
-	d, _ := l2.Take(context.Background(), tollgate.Request{Tenant: "t"})
+// TestLongestPlanName: the longest valid name, with every character a
+// name may hold, goes into the headers as it is.
+func TestLongestPlanName(t *testing.T) {
+	long := strings.Repeat("aZ09-_.:/+", 7)[:64]
+	l, _ := newLimiter(t, tollgate.Plan{Name: long, Limit: free.Limit})
+	d, _ := l.Take(context.Background(), tollgate.Request{Tenant: "t"})
 	if got, want := headersOf(d).Get("RateLimit-Policy"), `"`+long+`";q=20;w=10`; got != want {
 		t.Errorf("RateLimit-Policy = %s, want %s", got, want)
 	}
 }
 
-type recorder struct {
-	header http.Header
-	status int
-}
-
-func newRecorder() *recorder                          { return &recorder{header: http.Header{}} }
-func (r *recorder) Header() http.Header               { return r.header }
-func (r *recorder) WriteHeader(status int)            { r.status = status }
-func (r *recorder) Write(p []byte) (int, error)       { return len(p), nil }
-func (r *recorder) WriteString(s string) (int, error) { return len(s), nil }
-
-// fixedStore is a MultiStore that answers every Op with fixed Results, one
-// per rule.
+// fixedStore is a Store that answers every Op with fixed Results, one per
+// rule.
 type fixedStore struct {
 	results []tollgate.Result
 }
 
-func (s fixedStore) Take(context.Context, string, tollgate.Limit, int64) (tollgate.Result, error) {
-	return s.results[0], nil
-}
-
-func (s fixedStore) Do(_ context.Context, op *tollgate.Op) error {
+func (s fixedStore) Do(_ context.Context, op *storekit.Op) error {
 	op.Results = append(op.Results[:0], s.results[:len(op.Rules)]...)
 	op.Allowed = true
 	for _, r := range op.Results {
@@ -229,7 +194,7 @@ func FuzzHeaders(f *testing.F) {
 	f.Add("big", int64(999_999_999_999_999), 1e6, int64(999_999_999_999_999), int64(999_999_999_999_999), int64(1e12), true, int64(1e12), int64(0), int64(1e12))
 	f.Fuzz(func(t *testing.T, name string, burst int64, rate float64, quota, remaining, resetMs int64, denied bool, retryMs, quotaLeft, quotaMs int64) {
 		plan := tollgate.Plan{Name: name, Limit: tollgate.Limit{Rate: rate, Burst: burst},
-			Policies: []tollgate.Policy{{Quota: tollgate.PerDay(quota)}}}
+			Policies: []tollgate.Policy{{Quota: tollgate.Quota{Tokens: quota, Period: tollgate.Daily}}}}
 		if plan.Validate() != nil {
 			return
 		}
@@ -252,9 +217,9 @@ func FuzzHeaders(f *testing.F) {
 			t.Fatal(err)
 		}
 		h := http.Header{}
-		tollgatehttp.WriteHeaders(h, &d)
+		adapterkit.WriteHeaders(h, &d)
 		n := 0
-		tollgatehttp.VisitHeaders(&d, func(k, v string) {
+		adapterkit.VisitHeaders(&d, func(k, v string) {
 			n++
 			if h.Get(k) != v {
 				t.Fatalf("%s: WriteHeaders %q, VisitHeaders %q", k, h.Get(k), v)
@@ -284,44 +249,29 @@ func FuzzHeaders(f *testing.F) {
 	})
 }
 
-// FuzzTenant sends any tenant ID and plan name through the middleware: it
-// never panics, answers 200, 429, 400 or 401 (a 500 only for a plan the
-// resolver gets wrong), and every header value it writes is printable ASCII.
-func FuzzTenant(f *testing.F) {
-	f.Add("acme", "free", int64(1))
-	f.Add("", "free", int64(1))
-	f.Add(strings.Repeat("\xff", 300), `"`, int64(0))
-	f.Add("{t}\x00\r\n", "a/b:c+d", int64(25))
-	clock := storetest.NewClock()
-	store := storetest.NewModelStore(clock.Now)
-	f.Fuzz(func(t *testing.T, tenant, planName string, cost int64) {
-		plan := tollgate.Plan{Name: planName, Limit: free.Limit, Policies: []tollgate.Policy{{Quota: tollgate.PerDay(100)}}}
-		l, err := tollgate.New(store, tollgate.SinglePlan(plan), tollgate.WithLogger(nil), adaptertest.WithClock(clock.Now))
-		if err != nil {
-			t.Fatal(err)
+// TestHeadersFollowTheQuotaPeriod: the policy values are kept per plan and
+// hold for a quota's period only; a monthly quota's window is the length of
+// the month the decision falls in.
+func TestHeadersFollowTheQuotaPeriod(t *testing.T) {
+	plan := tollgate.Plan{Name: "metered", Limit: tollgate.Limit{Rate: 1, Burst: 10}, Policies: []tollgate.Policy{
+		{Quota: tollgate.Quota{Tokens: 1000, Period: tollgate.Monthly}},
+	}}
+	l, clock := newLimiter(t, plan)
+	policy := func() string {
+		t.Helper()
+		d, err := l.Take(context.Background(), tollgate.Request{Tenant: "t"})
+		if err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
 		}
-		h := tollgatehttp.Middleware(l,
-			tollgatehttp.WithTenant(func(*http.Request) string { return tenant }),
-			tollgatehttp.WithCost(cost))(http.HandlerFunc(ok))
-		rec := newRecorder()
-		h.ServeHTTP(rec, &http.Request{Method: http.MethodGet, Header: http.Header{}})
-		switch rec.status {
-		case 0, http.StatusOK, http.StatusTooManyRequests, http.StatusBadRequest, http.StatusUnauthorized:
-		case http.StatusInternalServerError:
-			if plan.Validate() == nil && cost <= free.Limit.Burst {
-				t.Fatalf("500 for a valid plan %q and cost %d", planName, cost)
-			}
-		default:
-			t.Fatalf("status %d", rec.status)
-		}
-		for k, vs := range rec.header {
-			for _, v := range vs {
-				for i := 0; i < len(v); i++ {
-					if c := v[i]; c < 0x20 || c > 0x7e {
-						t.Fatalf("%s value %q has byte %#x", k, v, c)
-					}
-				}
-			}
-		}
-	})
+		return headersOf(d).Get("RateLimit-Policy")
+	}
+	// The clock starts on 2026-01-01: January has 31 days, February 28.
+	january := `"metered";q=10;w=10, "metered-monthly";q=1000;w=2678400`
+	if got := policy(); got != january {
+		t.Errorf("in January: RateLimit-Policy = %s, want %s", got, january)
+	}
+	clock.Advance(31 * 24 * time.Hour)
+	if got, want := policy(), `"metered";q=10;w=10, "metered-monthly";q=1000;w=2419200`; got != want {
+		t.Errorf("in February: RateLimit-Policy = %s, want %s", got, want)
+	}
 }

@@ -1,0 +1,14 @@
+// Package tollgatehttp limits the requests to a net/http server per tenant
+// with a tollgate.Limiter: Middleware, its options, and the ways to find a
+// request's tenant (a header, a context value set by authentication, or
+// the client's address behind trusted proxies).
+//
+// Every limited response carries the rate-limit headers X-RateLimit-Limit,
+// X-RateLimit-Remaining, X-RateLimit-Reset, RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers); a denied request gets 429 with
+// Retry-After and a JSON body naming the policy that denied and the seconds
+// to wait.
+//
+// The framework adapters (gin, echo, chi, fiber) and the gRPC interceptors
+// mean the same by every option; the chi adapter takes these very options.
+package tollgatehttp
