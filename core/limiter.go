@@ -276,14 +276,20 @@ var ops = sync.Pool{New: func() any {
 // or larger than a policy of the tenant's plan ever allows
 // (ErrInvalidLimit; the Decision then names the plan), or a resolver that
 // gives an invalid plan, which it also logs.
-func (l *Limiter) Take(ctx context.Context, req Request) (d Decision, err error) {
+func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 	if l == nil {
-		d.Tenant = req.Tenant
-		return d, errNilLimiter
+		return Decision{Tenant: req.Tenant}, errNilLimiter
 	}
-	err = l.decide(ctx, &req, &d, time.Time{})
-	return d, err
+	// Observers are handed a pointer, so the decision is made in a
+	// pooled one rather than in a result that would escape to the heap.
+	d := decisions.Get().(*Decision)
+	err := l.decide(ctx, &req, d, time.Time{})
+	out := *d
+	decisions.Put(d)
+	return out, err
 }
+
+var decisions = sync.Pool{New: func() any { return new(Decision) }}
 
 // The HTTP layer decides through internal/hooks into Decisions it reuses
 // (see hooks.TakeInto): this file, so that a request enters it once.
