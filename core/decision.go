@@ -3,37 +3,10 @@ package tollgate
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/storekit"
 )
-
-// maxTenantLength is the longest tenant ID a Limiter accepts, in bytes: it
-// bounds what caches and logs keyed by tenant can hold.
-const maxTenantLength = 256
-
-// ErrInvalidTenant is wrapped by the error a Limiter returns for a request
-// whose tenant ID is empty, longer than 256 bytes, or holds a control
-// character (a NUL, a newline). It is the client's mistake, not the
-// application's: middleware answers it 400.
-var ErrInvalidTenant = errors.New("tollgate: invalid tenant")
-
-// checkTenant reports why tenant can not be limited, or nil.
-func checkTenant(tenant string) error {
-	switch {
-	case tenant == "":
-		return fmt.Errorf("%w: the tenant is empty", ErrInvalidTenant)
-	case len(tenant) > maxTenantLength:
-		return fmt.Errorf("%w: the tenant ID is %d bytes long; at most %d are allowed", ErrInvalidTenant, len(tenant), maxTenantLength)
-	}
-	for i := 0; i < len(tenant); i++ {
-		if c := tenant[i]; c < 0x20 || c == 0x7f {
-			return fmt.Errorf("%w: the tenant ID holds the control character %#02x", ErrInvalidTenant, c)
-		}
-	}
-	return nil
-}
 
 // A Request is what a Limiter decides on.
 type Request struct {

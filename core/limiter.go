@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-go/tollgate/core/internal/hooks"
@@ -261,6 +262,32 @@ func isNil(v any) bool {
 	return false
 }
 
+// maxTenantLength is the longest tenant ID a Limiter accepts, in bytes: it
+// bounds what caches and logs keyed by tenant can hold.
+const maxTenantLength = 256
+
+// ErrInvalidTenant is wrapped by the error a Limiter returns for a request
+// whose tenant ID is empty, longer than 256 bytes, or holds a control
+// character (a NUL, a newline). It is the client's mistake, not the
+// application's: middleware answers it 400.
+var ErrInvalidTenant = errors.New("tollgate: invalid tenant")
+
+// checkTenant reports why tenant can not be limited, or nil.
+func checkTenant(tenant string) error {
+	switch {
+	case tenant == "":
+		return fmt.Errorf("%w: the tenant is empty", ErrInvalidTenant)
+	case len(tenant) > maxTenantLength:
+		return fmt.Errorf("%w: the tenant ID is %d bytes long; at most %d are allowed", ErrInvalidTenant, len(tenant), maxTenantLength)
+	}
+	for i := 0; i < len(tenant); i++ {
+		if c := tenant[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: the tenant ID holds the control character %#02x", ErrInvalidTenant, c)
+		}
+	}
+	return nil
+}
+
 var errNilLimiter = errors.New("tollgate: the Limiter is nil")
 
 // ops recycles Ops, whose Results then need no allocation.
@@ -294,6 +321,7 @@ var decisions = sync.Pool{New: func() any { return new(Decision) }}
 // The HTTP layer decides through internal/hooks into Decisions it reuses
 // (see hooks.TakeInto): this file, so that a request enters it once.
 func init() {
+	hooks.LimiterClock = func(now func() time.Time) any { return withClock(now) }
 	hooks.TakeInto = func(ctx context.Context, l, req, d any) error {
 		lim, r, dd := l.(*Limiter), req.(*Request), d.(*Decision)
 		if lim == nil {
@@ -338,13 +366,15 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, unt
 		return nil
 	}
 	d.Plan = cp.plan.Name
-	rs := cp.ruleSet(req.Budget)
-	if req.Budget != "" && rs == cp.base {
-		l.mistake(ctx, "budget:"+req.Budget, "rate limiter budget in no policy of the plan: the request draws from the plan's own limits only",
-			slog.String("budget", req.Budget), slog.String("plan", d.Plan))
+	rs := cp.base
+	if req.Budget != "" {
+		if rs = cp.ruleSet(req.Budget); rs == cp.base {
+			l.mistake(ctx, "budget:"+req.Budget, "rate limiter budget in no policy of the plan: the request draws from the plan's own limits only",
+				slog.String("budget", req.Budget), slog.String("plan", d.Plan))
+		}
 	}
-	if err := rs.checkCost(d.Cost); err != nil {
-		return l.misconfigured(ctx, d, err)
+	if d.Cost > rs.maxCost {
+		return l.misconfigured(ctx, d, rs.checkCost(d.Cost))
 	}
 	shadow := l.shadowed(d.Plan)
 	op := ops.Get().(*storekit.Op)
@@ -578,4 +608,30 @@ func (l *Limiter) StoreStats() (storekit.Stats, bool) {
 		return r.Stats(), true
 	}
 	return storekit.Stats{}, false
+}
+
+// A clock reads the time of decisions with one read of the monotonic clock
+// (time.Since of a reading that has one) instead of the two of time.Now, the
+// wall clock's and the monotonic one's: the wall time is an anchor's plus
+// the time elapsed since. The anchor is renewed every second, so a step of
+// the wall clock shows within a second.
+type clock struct {
+	anchor atomic.Pointer[time.Time]
+}
+
+func (c *clock) init() { c.renew() }
+
+func (c *clock) renew() time.Time {
+	now := time.Now()
+	c.anchor.Store(&now)
+	return now
+}
+
+// now returns the current time, with both wall and monotonic readings.
+func (c *clock) now() time.Time {
+	a := c.anchor.Load()
+	if elapsed := time.Since(*a); elapsed < time.Second {
+		return a.Add(elapsed)
+	}
+	return c.renew()
 }
