@@ -3,85 +3,75 @@ package redisstore
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// breaker is a circuit breaker over round trips to Redis. Closed, every call
-// goes to Redis. After threshold failures in a row it opens: calls fail at
-// once for backoff. Then it lets one call through as a probe; the probe's
-// round trip closes it on success or opens it again on failure. A probe
-// that never comes back (its caller gave up before it was sent) is replaced
-// after the timeout. Times are local microseconds.
+// A breaker is a circuit breaker over the round trips to one server.
+// Closed, every call goes out. After threshold failed round trips in a row
+// it opens: calls fail at once for backoff. Then it lets one call through
+// as a probe, and the probe's round trip closes it or opens it again. A
+// probe whose caller gave up before it was sent never comes back, so after
+// probeTimeout another call may probe.
 type breaker struct {
-	threshold int64 // < 1: never opens
-	backoff   int64
-	timeout   int64
+	threshold    int64 // < 1: never opens
+	backoff      time.Duration
+	probeTimeout time.Duration
 
-	state    atomic.Int32
-	failures atomic.Int64 // consecutive failed round trips
+	tripped  atomic.Bool  // open or probing: calls are refused
+	failures atomic.Int64 // failed round trips in a row
+	opens    atomic.Uint64
 
-	mu       sync.Mutex
-	deadline int64 // open: until when; probing: when the probe counts as lost
-	counted  int64 // when the latest failure was counted
+	mu      sync.Mutex
+	probing bool
+	until   time.Time // open: when a probe may go; probing: when it counts as lost
 }
 
-const (
-	breakerClosed int32 = iota
-	breakerOpen
-	breakerProbing
-)
-
-func (b *breaker) init(threshold int, backoff, timeout int64) {
-	b.threshold, b.backoff, b.timeout = int64(threshold), backoff, timeout
+func (b *breaker) init(threshold int, backoff, probeTimeout time.Duration) {
+	b.threshold, b.backoff, b.probeTimeout = int64(threshold), backoff, probeTimeout
 }
 
-// allow reports whether a call may go to Redis at now.
-func (b *breaker) allow(now int64) bool {
-	if b.state.Load() == breakerClosed {
+// allow reports whether a call may go to the server at now.
+func (b *breaker) allow(now time.Time) bool {
+	if !b.tripped.Load() {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.state.Load() {
-	case breakerOpen, breakerProbing:
-		if now < b.deadline {
-			return false
-		}
-		b.state.Store(breakerProbing)
-		b.deadline = now + b.timeout
+	if !b.tripped.Load() {
+		return true
 	}
+	if now.Before(b.until) {
+		return false
+	}
+	b.probing, b.until = true, now.Add(b.probeTimeout)
 	return true
 }
 
-// success records a round trip that Redis answered.
-func (b *breaker) success() {
-	if b.state.Load() == breakerClosed && b.failures.Load() == 0 {
-		return
-	}
-	b.mu.Lock()
-	b.failures.Store(0)
-	b.state.Store(breakerClosed)
-	b.mu.Unlock()
-}
-
-// failure records, at now, a round trip sent at sent that failed or missed
-// a caller's deadline. Round trips that were already in flight when the
-// previous failure was counted add nothing: a stall that makes every round
-// trip in flight late at once (a pause of the client's own machine, a
-// hiccup) is one failure, not as many as there were round trips, while a
-// Redis that stays silent fails round trip after round trip.
-func (b *breaker) failure(now, sent int64) {
-	if b.threshold < 1 {
+// record counts a round trip that came back at now: ok if Redis answered
+// it, with a reply or an error reply.
+func (b *breaker) record(now time.Time, ok bool) {
+	if b.threshold < 1 || (ok && b.failures.Load() == 0 && !b.tripped.Load()) {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if sent < b.counted && b.state.Load() != breakerProbing {
+	if ok {
+		b.failures.Store(0)
+		b.tripped.Store(false)
+		b.probing = false
 		return
 	}
-	b.counted = now
 	n := b.failures.Add(1)
-	if b.state.Load() == breakerProbing || n >= b.threshold {
-		b.state.Store(breakerOpen)
-		b.deadline = now + b.backoff
+	if b.probing || (!b.tripped.Load() && n >= b.threshold) {
+		if !b.tripped.Load() {
+			b.opens.Add(1)
+		}
+		b.tripped.Store(true)
+		b.probing, b.until = false, now.Add(b.backoff)
 	}
 }
+
+// isOpen reports whether calls are refused now.
+func (b *breaker) isOpen() bool { return b.tripped.Load() }
+
+func (b *breaker) stats() (open bool, opens uint64) { return b.tripped.Load(), b.opens.Load() }

@@ -1,352 +1,311 @@
 package redisstore
 
 import (
-	"fmt"
-	"math"
-	"strconv"
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/redis/go-redis/v9"
 )
 
-// A call is one Op on its way to Redis: a Take (an OpTake of one rule) or a
-// Do. Calls are pooled: a caller that got its answer hands its call back
-// for the next request (see reusable), so a decision allocates nothing of
-// its own.
+// The call path. A caller encodes its Op as the script's arguments, queues
+// it on the endpoint of the server that holds its tenant, and waits for
+// the answer or for its own context, with no timer of its own. Up to
+// maxRunners runner goroutines per endpoint each take everything queued and
+// send it in one write: one pipeline of script calls, each carrying up to
+// opsPerScript Ops, one round trip for all of them. The runners' client has
+// the store's timeout as its read timeout, so the deadline that fails a call
+// starts when its command has been written: neither the wait in the queue,
+// nor getting a connection (which has a budget of its own, and which Check
+// does ahead of the first requests), nor a reader that the scheduler runs
+// late (see dialHook) counts against it. Only a Redis that has not answered
+// within the timeout of the write fails a call, and only such failures,
+// counted per round trip, open the circuit breaker; an open breaker fails
+// the calls still queued, and new ones, at once.
+
+// maxRunners bounds the round trips in flight to one server, and so the
+// connections the Store holds to it. maxBatch bounds the Ops one round
+// trip carries, and maxQueued the Ops that may wait for one: beyond it a
+// call fails at once rather than queue without bound behind a slow Redis.
+// opsPerScript bounds the Ops of one script call, so that a script never
+// keeps Redis from its other clients for long.
+const (
+	maxRunners   = 4
+	maxBatch     = 512
+	maxQueued    = 1 << 16
+	opsPerScript = 32
+)
+
+// connectBudget bounds the time a round trip may spend getting a
+// connection (dialling, the handshake, a wait for the pool) before its
+// write, so that a Redis that cannot be reached fails its calls after it
+// rather than after go-redis's dial timeout and retries: twenty timeouts,
+// and at least minConnectBudget, as a saturated CPU may keep a round trip
+// from running for a good part of a second.
+func connectBudget(timeout time.Duration) time.Duration {
+	return max(20*timeout, minConnectBudget)
+}
+
+const minConnectBudget = time.Second
+
+// A call is one Op on its way to Redis. The caller alone reads and writes
+// the Op; the runner sees only the Op's arguments to the script and writes
+// back its reply, so a caller that gives up may reuse its Op at once.
 type call struct {
-	op     *tollgate.Op
-	tenant string   // the Redis key of the tenant's main bucket: its hash tag is every rule's
-	keys   []string // the rules' keys, as the script takes them (one per rule)
-	bounds []bounds // per quota rule, in rule order: its candidate periods
-	args   []int64  // the script's arguments for the Op (see encode)
-	rules  int      // the Op's number of rules
-	kind   tollgate.OpKind
+	key  string
+	args []any // the Op's part of the script's ARGV
 
-	deadline time.Time // when the caller stops waiting
-	trip     atomic.Pointer[trip]
+	state atomic.Int32
+	done  chan struct{} // one send per answer, so a call can be reused
 
-	// Written by whoever answers the call, before done is sent.
+	// Written by the runner before it sends on done.
+	now      int64 // Redis's time, µs
+	reply    []any // the Op's part of the script's reply
 	err      error
-	answered bool // by the watchdog, while its round trip still holds the call
-
-	state atomic.Int32
-	done  chan struct{} // one send per answer: buffered, so it is reused with the call
-
-	// The call's own Op, which op points to: a Take's, or a copy of a
-	// Do's (see Store.Do).
-	own tollgate.Op
-
-	argBuf   [3]int64 // room for a Take's arguments
-	boundBuf [2]bounds
+	latency  time.Duration // the round trip's
+	received time.Time     // when the reply was read
 }
 
-// A takeCall is a call with room for a Take's Op.
-type takeCall struct {
-	call
-	rule   [1]tollgate.Rule
-	result [1]tollgate.Result
-	mark   [1]int64
-	key    [1]string
-}
-
-// A doCall is a call with room for a copy of a Do's Op of up to four rules.
-type doCall struct {
-	call
-	rules   [4]tollgate.Rule
-	results [4]tollgate.Result
-	marks   [4]int64
-	keys    [6]string
-	args    [24]int64
-}
-
-var (
-	takeCalls = sync.Pool{New: func() any {
-		tc := &takeCall{}
-		tc.done = make(chan struct{}, 1)
-		return tc
-	}}
-	doCalls = sync.Pool{New: func() any {
-		dc := &doCall{}
-		dc.done = make(chan struct{}, 1)
-		return dc
-	}}
-)
-
-// reset readies a pooled call for a new Op.
-func (c *call) reset() {
-	c.err, c.answered, c.bounds, c.deadline = nil, false, c.boundBuf[:0], time.Time{}
-	c.trip.Store(nil)
-	c.state.Store(callPending)
-}
-
-// reusable reports whether, once its caller has returned, nothing else
-// will touch c: it was not abandoned, and the round trip that carried it
-// (if any) has delivered it or will not look at it again.
-func (c *call) reusable() bool {
-	return c.state.Load() != callAbandoned && !c.answered
-}
-
-// A call's state: whoever writes its answer (into its Op, or err) claims
-// it first, so that a caller that gave up can reuse its Op at once.
+// A call's state: whoever moves it on from callQueued or callSent owns it.
 const (
-	callPending   int32 = iota
-	callAnswering       // claimed: its answer is being written
-	callDelivered
-	callAbandoned // its caller gave up
+	callQueued int32 = iota
+	callSent
+	callDone
+	callAbandoned // its caller gave up: no one will read its answer
 )
 
-// claim reserves the right to answer c; it fails if c was answered or
-// abandoned.
-func (c *call) claim() bool { return c.state.CompareAndSwap(callPending, callAnswering) }
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// release hands the answer written after claim to the caller.
-func (c *call) release() {
-	c.state.Store(callDelivered)
-	c.done <- struct{}{}
-}
-
-// fail answers c with err, unless it was answered or abandoned.
-func (c *call) fail(err error) bool {
-	if !c.claim() {
-		return false
+// answer hands c's reply or err to its caller, unless the caller gave up.
+func (c *call) answer(from int32) {
+	if c.state.CompareAndSwap(from, callDone) {
+		c.done <- struct{}{}
 	}
-	c.err = err
-	c.release()
-	return true
 }
 
-func timeoutErr(c *call) error {
-	return fmt.Errorf("%w: no answer by the call's deadline", ErrUnavailable)
+// onceCmd is a command that go-redis must not send again after a failed
+// round trip: a script call that may have run (a Take must not take
+// twice), or a command of Check, which fails rather than wait for retries.
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+// An endpoint is one Redis server: its client, its queue of calls, its
+// runners and its circuit breaker.
+type endpoint struct {
+	store   *Store
+	client  *redis.Client // shares the caller's pool, with the store's timeout
+	perCmd  int           // Ops per script call: 1 on a cluster, whose keys differ in slot
+	breaker breaker
+
+	mu      sync.Mutex
+	queue   []*call
+	runners int
 }
 
-// bounds are a quota's candidate periods [b0, b1) and [b1, b2), in
-// microseconds since the Unix epoch, around the Store's own clock: the
-// period that holds the local now and its nearest neighbour. The script
-// picks the one that holds Redis's now.
-// w is the one whose key the call passes: the period that holds the
-// Store's own clock.
-type bounds struct{ b0, b1, b2, w int64 }
-
-// A boundsCache remembers each quota's candidate periods for the half
-// period during which they stay the same, so that a decision does not
-// compute calendar dates. It is safe for concurrent use.
-type boundsCache struct{ m sync.Map } // tollgate.Quota -> *cachedBounds
-
-type cachedBounds struct {
-	b        bounds
-	from, to int64 // µs: the local times for which b holds
+func (s *Store) newEndpoint(c *redis.Client, perCmd int) *endpoint {
+	// The hook goes on c, whose pool dials the connections, and so serves
+	// its other commands too: a reply that has arrived is read.
+	c.AddHook(dialHook{})
+	e := &endpoint{store: s, client: c.WithTimeout(s.timeout), perCmd: perCmd}
+	e.breaker.init(s.failures, s.backoff, s.timeout+connectBudget(s.timeout))
+	return e
 }
 
-// get returns quotaBounds(q, now).
-func (c *boundsCache) get(q tollgate.Quota, now time.Time) bounds {
-	t := now.UnixMicro()
-	if v, ok := c.m.Load(q); ok {
-		if e := v.(*cachedBounds); t >= e.from && t < e.to {
-			return e.b
-		}
+// do sends c and waits for its answer or for ctx. It returns nil once c
+// holds Redis's reply.
+func (e *endpoint) do(ctx context.Context, c *call) error {
+	if !e.breaker.allow(time.Now()) {
+		return unavailable("circuit_open", errCircuitOpen)
 	}
-	b := quotaBounds(q, now)
-	// b stays the same while now is in the same half of the same period:
-	// the first half of [b1, b2) or the second half of [b0, b1). Near the
-	// middle either neighbour would do: the script needs only that
-	// Redis's clock falls in one of the two periods.
-	e := &cachedBounds{b: b}
-	if t >= b.b1 {
-		e.from, e.to = b.b1, b.b1+(b.b2-b.b1)/2
-	} else {
-		e.from, e.to = b.b0+(b.b1-b.b0)/2, b.b1
+	c.reply, c.err = nil, nil
+	c.state.Store(callQueued)
+	e.mu.Lock()
+	if len(e.queue) >= maxQueued {
+		e.mu.Unlock()
+		return unavailable("queue_full", errQueueFull)
 	}
-	c.m.Store(q, e)
-	return b
-}
-
-func quotaBounds(q tollgate.Quota, now time.Time) bounds {
-	start, end := q.Bounds(now)
-	if now.Sub(start) < end.Sub(now) {
-		prev, _ := q.Bounds(start.Add(-time.Nanosecond))
-		return bounds{b0: prev.UnixMicro(), b1: start.UnixMicro(), b2: end.UnixMicro()}
+	e.queue = append(e.queue, c)
+	if e.runners < maxRunners {
+		e.runners++
+		go e.run()
 	}
-	_, next := q.Bounds(end)
-	return bounds{b0: start.UnixMicro(), b1: end.UnixMicro(), b2: next.UnixMicro()}
-}
+	e.mu.Unlock()
 
-// ruleKey returns the key of a rule's state: the tenant's main key for Sub
-// "", else the main key, ':' and Sub; the hash tag stays the tenant's.
-func ruleKey(tenant, sub string) string {
-	if sub == "" {
-		return tenant
-	}
-	return tenant + ":" + sub
-}
-
-// quotaKey returns the key of a quota's period that starts at start (µs),
-// in one allocation.
-func quotaKey(tenant, sub string, start int64) string {
-	var b [20]byte
-	n := strconv.AppendInt(b[:0], start/1e6, 10)
-	if sub == "" {
-		return tenant + ":" + string(n)
-	}
-	return tenant + ":" + sub + ":" + string(n)
-}
-
-// prepareKeys fills in c.keys and c.bounds for c.op at now (local time),
-// with the quotas' candidate periods from cache.
-func (c *call) prepareKeys(now time.Time, cache *boundsCache) {
-	op := c.op
-	for i, r := range op.Rules {
-		if !r.IsQuota() {
-			c.keys = append(c.keys, ruleKey(c.tenant, r.Sub))
-			continue
-		}
-		var b bounds
-		if op.Kind == tollgate.OpCancel {
-			// The period the reservation counted in, from its mark.
-			var start int64
-			if i < len(op.Marks) {
-				start = op.Marks[i]
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) || c.state.CompareAndSwap(callSent, callAbandoned) {
+			kind := "canceled"
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				kind = "deadline"
 			}
-			_, end := r.Quota.Bounds(time.UnixMicro(start))
-			b = bounds{start, end.UnixMicro(), end.UnixMicro(), 0}
-			c.keys = append(c.keys, quotaKey(c.tenant, r.Sub, start))
-		} else {
-			b = cache.get(r.Quota, now)
-			start := b.b0
-			if now.UnixMicro() >= b.b1 {
-				b.w, start = 1, b.b1
-			}
-			c.keys = append(c.keys, quotaKey(c.tenant, r.Sub, start))
+			return unavailable(kind, ctx.Err())
 		}
-		c.bounds = append(c.bounds, b)
+		<-c.done // answered meanwhile
 	}
+	return c.err
 }
 
-// encode fills in c.args, the script's arguments for c's Op (see
-// opScript), and c.rules. It runs in the caller's goroutine, before c is
-// sent: once a caller has given up, its Op may be reused at once (the
-// Limiter pools them), so the goroutine that sends c reads nothing of the
-// Op until it has claimed c.
-func (c *call) encode() {
-	c.rules, c.kind = len(c.op.Rules), c.op.Kind
-	if c.args == nil {
-		c.args = c.argBuf[:0]
-	}
-	c.args = c.appendArgs(c.args[:0])
-}
-
-// appendArgs appends the script's arguments for c's Op to args.
-func (c *call) appendArgs(args []int64) []int64 {
-	op := c.op
-	header := int64(op.Kind) + 8*int64(len(op.Rules))
-	if op.MaxDelay > 0 && (op.Kind == tollgate.OpTake || op.Kind == tollgate.OpInspect) {
-		args = append(args, header+4, min(op.MaxDelay, tollgate.MaxWindow).Microseconds())
-	} else {
-		args = append(args, header)
-	}
-	cancel := op.Kind == tollgate.OpCancel
-	q := 0
-	for i, r := range op.Rules {
-		if !r.IsQuota() {
-			interval := r.Limit.TokenInterval()
-			args = append(args, r.Limit.Burst*interval, op.Cost*interval)
-		} else {
-			b := c.bounds[q]
-			q++
-			args = append(args, -(2*r.Quota.Tokens + b.w), op.Cost, b.b0, b.b1, b.b2)
+// run sends what is queued, one round trip at a time, until the queue is
+// empty.
+func (e *endpoint) run() {
+	var batch []*call
+	for {
+		e.mu.Lock()
+		n := min(len(e.queue), maxBatch)
+		if n == 0 {
+			e.runners--
+			e.mu.Unlock()
+			return
 		}
-		if cancel {
-			var mark int64
-			if i < len(op.Marks) {
-				mark = op.Marks[i]
-			}
-			args = append(args, mark)
-		}
+		batch = append(batch[:0], e.queue[:n]...)
+		rest := copy(e.queue, e.queue[n:])
+		clear(e.queue[rest:])
+		e.queue = e.queue[:rest]
+		e.mu.Unlock()
+		e.roundTrip(batch)
+		clear(batch)
 	}
-	return args
 }
 
-// end stops the trip's watchdog for good: once end returns, fire touches
-// none of the trip's calls, which their callers may then reuse.
-func (tr *trip) end() {
-	tr.timer.Stop()
-	tr.mu.Lock()
-	tr.ended = true
-	tr.mu.Unlock()
-}
-
-// A trip is one round trip to Redis. Its watchdog answers each of its
-// calls with a timeout error at the call's own deadline if Redis has not
-// answered by then, and counts the round trip as failed (once).
-type trip struct {
-	mu    sync.Mutex // held by fire; ended under it once the answers are in
-	ended bool
-	state atomic.Int32
-	sent  int64 // µs on the Store's monotonic clock
-	s     *Store
+// A scriptCall is one call of the script and the Ops it carries.
+type scriptCall struct {
+	cmd   onceCmd
 	calls []*call
-	timer *time.Timer
 }
 
-// watch arms the watchdog, at wall, for the earliest deadline of the trip's
-// calls.
-func (tr *trip) watch(wall time.Time, r *runner) {
-	next := tr.calls[0].deadline
-	for _, c := range tr.calls[1:] {
-		if c.deadline.Before(next) {
-			next = c.deadline
+// roundTrip sends the calls of batch whose callers still wait, in one
+// pipeline, and answers them. Script calls that Redis does not know the
+// script for (a restarted server) are sent again once it is loaded.
+func (e *endpoint) roundTrip(batch []*call) {
+	sent := batch[:0]
+	for _, c := range batch {
+		if c.state.CompareAndSwap(callQueued, callSent) {
+			sent = append(sent, c)
 		}
 	}
-	// The runner's timer, made once and armed once assigned: fire reads
-	// tr.timer.
-	if r.timer == nil {
-		r.timer = time.AfterFunc(time.Duration(math.MaxInt64), r.fire)
+	if len(sent) == 0 {
+		return
 	}
-	tr.timer = r.timer
-	r.trip.Store(tr)
-	tr.timer.Reset(next.Sub(wall))
+	ctx, cancel := context.WithTimeout(context.Background(), e.store.timeout+connectBudget(e.store.timeout))
+	defer cancel()
+	scripts := e.scriptCalls(ctx, sent)
+	for attempt := 0; len(scripts) > 0; attempt++ {
+		pipe := e.client.Pipeline()
+		for i := range scripts {
+			_ = pipe.Process(ctx, scripts[i].cmd)
+		}
+		start := time.Now()
+		_, execErr := pipe.Exec(ctx)
+		received := time.Now()
+		wall := e.store.wall()
+		failed := false
+		missing := scripts[:0]
+		for _, sc := range scripts {
+			err := replyError(sc.cmd, execErr)
+			if isNoScript(err) && attempt == 0 {
+				missing = append(missing, sc)
+				continue
+			}
+			failed = failed || (err != nil && !isReply(err))
+			e.answer(ctx, sc, err, received.Sub(start), wall)
+		}
+		e.breaker.record(time.Now(), !failed)
+		if failed && e.breaker.isOpen() {
+			e.failQueued()
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if err := e.client.ScriptLoad(ctx, e.store.script.src).Err(); err != nil {
+			for _, sc := range missing {
+				e.answer(ctx, sc, err, received.Sub(start), wall)
+			}
+			return
+		}
+		scripts = missing
+		for i := range scripts {
+			scripts[i].cmd = onceCmd{redis.NewCmd(ctx, scripts[i].cmd.Args()...)}
+		}
+	}
 }
 
-// fire answers the calls whose deadlines have passed and re-arms for the
-// next.
-func (tr *trip) fire() {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if tr.ended {
-		return // the round trip is back: its calls may be in new hands
+// scriptCalls groups calls into script calls of up to e.perCmd Ops.
+func (e *endpoint) scriptCalls(ctx context.Context, calls []*call) []scriptCall {
+	clock := ""
+	if e.store.clock != nil {
+		clock = stamp(e.store.clock().UnixMicro())
 	}
-	now := time.Now()
-	var next time.Time
-	expired := false
-	for _, c := range tr.calls {
-		if c.state.Load() != callPending {
-			continue
+	out := make([]scriptCall, 0, (len(calls)+e.perCmd-1)/e.perCmd)
+	for len(calls) > 0 {
+		group := calls[:min(len(calls), e.perCmd)]
+		calls = calls[len(group):]
+		size := 4 + len(group)
+		for _, c := range group {
+			size += 1 + len(c.args)
 		}
-		if !now.Before(c.deadline) {
-			expired = true
-		} else if next.IsZero() || c.deadline.Before(next) {
-			next = c.deadline
+		args := make([]any, 0, size)
+		args = append(args, "evalsha", e.store.script.sha, len(group))
+		for _, c := range group {
+			args = append(args, c.key)
+		}
+		args = append(args, clock)
+		for _, c := range group {
+			args = append(args, c.args...)
+		}
+		out = append(out, scriptCall{cmd: onceCmd{redis.NewCmd(ctx, args...)}, calls: group})
+	}
+	return out
+}
+
+// answer hands each call of sc its part of the reply, or err.
+func (e *endpoint) answer(ctx context.Context, sc scriptCall, err error, latency time.Duration, received time.Time) {
+	var vals []any
+	if err == nil {
+		vals, _ = sc.cmd.Val().([]any)
+		if len(vals) != 2+len(sc.calls) {
+			err = errors.New("redisstore: the script's reply is malformed")
 		}
 	}
-	// Counted before the callers hear of it: a caller's next call must
-	// find the failure recorded.
-	if expired && tr.state.CompareAndSwap(tripInFlight, tripLate) {
-		tr.s.breaker.failure(micros(tr.s.mono()), tr.sent)
-	}
-	for _, c := range tr.calls {
-		if c.state.Load() == callPending && !now.Before(c.deadline) && c.claim() {
-			c.err, c.answered = timeoutErr(c), true
-			c.release()
+	for i, c := range sc.calls {
+		c.latency, c.received = latency, received
+		if err != nil {
+			c.err = e.store.callError(ctx, c.key, err)
+		} else {
+			sec, _ := vals[0].(int64)
+			usec, _ := vals[1].(int64)
+			c.now = sec*1e6 + usec
+			c.reply, _ = vals[2+i].([]any)
 		}
-	}
-	if !next.IsZero() {
-		tr.timer.Reset(time.Until(next))
+		c.answer(callSent)
 	}
 }
 
-const (
-	tripInFlight int32 = iota
-	tripBack           // answered before any of its callers' deadlines
-	tripLate           // a caller's deadline passed first: counted as a failure
-)
+// replyError returns the error of cmd after a pipeline whose Exec
+// returned execErr. go-redis leaves a command without an error when the
+// connection's handshake failed with an error reply (a wrong password, a
+// database that does not exist): its error is then Exec's.
+func replyError(cmd onceCmd, execErr error) error {
+	if err := cmd.Err(); err != nil || cmd.Val() != nil {
+		return err
+	}
+	if execErr == nil {
+		execErr = errors.New("redisstore: no reply")
+	}
+	return execErr
+}
+
+// failQueued answers every queued call with the open breaker's error.
+func (e *endpoint) failQueued() {
+	e.mu.Lock()
+	queued := e.queue
+	e.queue = nil
+	e.mu.Unlock()
+	for _, c := range queued {
+		c.err = unavailable("circuit_open", errCircuitOpen)
+		c.answer(callQueued)
+	}
+}

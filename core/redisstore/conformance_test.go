@@ -1,76 +1,106 @@
 package redisstore_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
+	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
-// runConformance runs core's store table against Stores over client, with
-// the kit's clock passed to the script, so the timing cases are exact. The
-// timeout is generous: these tests are about decisions, not latency.
-func runConformance(t *testing.T, client redis.UniversalClient, opts ...redisstore.Option) {
-	prefix := testPrefix(t)
-	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) tollgate.Store {
-		o := append([]redisstore.Option{
-			redisstore.WithPrefix(prefix),
-			redisstore.WithTestClock(clock.Now),
-		}, opts...)
-		s, err := redisstore.New(client, o...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
-}
+// checkedScript is apply.lua with its commands going through a wrapper
+// that fails the script when a command names a key that is not in KEYS:
+// Redis Cluster, and Redis itself, support only scripts that declare every
+// key they touch.
+var checkedScript = strings.Replace(redisstore.ScriptSource, "local call, pcall = redis.call, redis.pcall", `local declared = {}
+for _, k in ipairs(KEYS) do
+  declared[k] = true
+end
+local function checked(run)
+  return function(command, ...)
+    local key = ...
+    if string.upper(command) ~= 'TIME' and not declared[key] then
+      error('the script touched a key it was not given: ' .. command .. ' ' .. tostring(key))
+    end
+    return run(command, ...)
+  end
+end
+local call, pcall = checked(redis.call), checked(redis.pcall)`, 1)
 
-func TestConformance(t *testing.T) {
-	client := newClient(t)
-	t.Run("default", func(t *testing.T) { runConformance(t, client) })
-	// The script alone, every Take a round trip.
-	t.Run("no denial cache", func(t *testing.T) { runConformance(t, client, redisstore.WithDenialCache(0)) })
-	// An idle Take makes its own round trip when the client honours
-	// context deadlines.
-	t.Run("ContextTimeoutEnabled", func(t *testing.T) {
-		c := redis.NewClient(&redis.Options{Addr: mainRedis, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		runConformance(t, c, redisstore.WithDenialCache(0))
-	})
-	// One key per script call in a pipeline, as for a Ring or a wrapped
-	// client.
-	t.Run("one key per call", func(t *testing.T) {
-		runConformance(t, otherClient{client}, redisstore.WithDenialCache(0))
-	})
-}
-
-// runOps runs the kit's Op checks against Stores over client, with the
-// kit's clock passed to the script.
-func runOps(t *testing.T, client redis.UniversalClient, opts ...redisstore.Option) {
-	prefix := testPrefix(t)
-	storetest.RunOps(t, func(t *testing.T, clock *storetest.Clock) tollgate.MultiStore {
-		o := append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithTestClock(clock.Now)}, opts...)
-		return newStore(t, client, o...)
-	})
-}
-
-func TestOps(t *testing.T) {
-	client := newClient(t)
-	t.Run("default", func(t *testing.T) { runOps(t, client) })
-	t.Run("no denial cache", func(t *testing.T) { runOps(t, client, redisstore.WithDenialCache(0)) })
-	t.Run("one Op per call", func(t *testing.T) { runOps(t, otherClient{client}, redisstore.WithDenialCache(0)) })
-}
-
-// TestOpsFourStores runs the kit's concurrency checks with 64 goroutines
-// spread over four Stores, each with a client of its own, on one Redis.
-func TestOpsFourStores(t *testing.T) {
-	prefix := testPrefix(t)
-	clock := storetest.NewClock()
-	var stores []tollgate.MultiStore
-	for range 4 {
-		stores = append(stores, newStore(t, newClient(t), redisstore.WithPrefix(prefix), redisstore.WithTestClock(clock.Now)))
+func TestCheckedScriptIsChecked(t *testing.T) {
+	if checkedScript == redisstore.ScriptSource {
+		t.Fatal("apply.lua has no line 'local call, pcall = redis.call, redis.pcall' for the test of declared keys to replace")
 	}
-	storetest.RunOpsConcurrency(t, stores, clock)
+	// The wrapper must catch a script that strays: make one that reads a
+	// key of its own making.
+	stray := strings.Replace(checkedScript, "pcall('HMGET', key,", "pcall('HMGET', key .. ':other',", 1)
+	client := sharedClient(t)
+	s := newStore(t, client, redisstore.WithScript(stray))
+	err := s.Do(context.Background(), &storekit.Op{Kind: storekit.Take, Tenant: "t", Rules: []storekit.Rule{bucket("", 1, 1)}, Cost: 1})
+	if err == nil || !strings.Contains(err.Error(), "touched a key it was not given") {
+		t.Fatalf("a script that touches an undeclared key: %v; want the wrapper's error", err)
+	}
+}
+
+// TestConformance runs the conformance kit on a single server.
+func TestConformance(t *testing.T) {
+	client := sharedClient(t)
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) tollgate.Store {
+		return newStore(t, client, redisstore.WithTestClock(clock.Now))
+	})
+}
+
+// TestConformanceReplicas runs the kit's concurrency checks over four
+// Stores that share one Redis, each with a client of its own, as replicas
+// of a service do, and its checks of Limiter.Wait on Redis's own clock.
+func TestConformanceReplicas(t *testing.T) {
+	addr := testredis.Shared(t)
+	prefix := testredis.Prefix(t)
+	replicas := func(opts ...redisstore.Option) []tollgate.Store {
+		var stores []tollgate.Store
+		for range 4 {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { c.Close() })
+			s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithLogger(nil)}, opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stores = append(stores, s)
+		}
+		return stores
+	}
+	clock := storetest.NewClock()
+	t.Run("Concurrency", func(t *testing.T) { storetest.RunConcurrency(t, replicas(redisstore.WithTestClock(clock.Now)), clock) })
+	t.Run("Wait", func(t *testing.T) { storetest.RunWait(t, replicas()) })
+}
+
+// TestDeclaredKeys runs the conformance kit and the model comparison
+// through the checked script, on a single server and on a Redis Cluster of
+// three masters.
+func TestDeclaredKeys(t *testing.T) {
+	for name, client := range map[string]redis.UniversalClient{"single": sharedClient(t), "cluster": startCluster(t)} {
+		t.Run(name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T, clock *storetest.Clock) tollgate.Store {
+				return newStore(t, client, redisstore.WithTestClock(clock.Now), redisstore.WithScript(checkedScript))
+			})
+			for seed := range uint64(3) {
+				compareWithModel(t, client, randomSteps(seed, 300), redisstore.WithScript(checkedScript))
+			}
+		})
+	}
+}
+
+// startCluster starts a Redis Cluster of three masters and returns a client
+// of it.
+func startCluster(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	nodes := testredis.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testredis.Addrs(nodes)})
+	t.Cleanup(func() { client.Close() })
+	return client
 }

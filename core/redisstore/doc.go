@@ -1,28 +1,35 @@
-// Package redisstore is a tollgate.Store that keeps its token buckets in
-// Redis, so that every replica of an API behind a load balancer draws from
-// one bucket per tenant.
+// Package redisstore is a tollgate.Store that keeps the rate-limit state of
+// every tenant in Redis, so that every replica of an API behind a load
+// balancer draws from the same buckets and quotas.
 //
-// Each decision runs atomically in a Lua script, on the Redis server's clock,
-// so replicas whose clocks disagree still make the same decisions: a Take,
-// or an Op of several rules (token buckets as tollgate.GCRA computes them,
-// calendar quotas whose periods follow Redis's clock), reservations,
-// inspection, reset and cancellation (tollgate.MultiStore). A bucket is one
-// string key holding its theoretical arrival time in microseconds, which
-// expires when the bucket is full again; a quota is a counter per period,
-// which expires when its period ends. Every key of a tenant shares the
-// tenant's hash tag. Works with a single server, Redis Cluster and Sentinel
-// through go-redis v9's UniversalClient.
+// A tenant's state is one Redis hash (see Store.Key), with one field per
+// rule: a token bucket's theoretical arrival time, a quota's tokens used
+// and the end of their period. Each Op runs atomically in a Lua script
+// (apply.lua) that is given the hash in KEYS and touches nothing else, on
+// Redis's own clock (TIME), so replicas whose clocks disagree still make the
+// same decisions; they are those of the reference model,
+// storetest.Model. Reset deletes the hash, and with it every rule the
+// tenant has or had; the hash expires when every state in it would be
+// empty, so an idle tenant costs nothing. A field that holds no valid
+// state is removed, counted as empty and logged; a key of another type
+// fails that tenant's calls only, with an error wrapping
+// storekit.ErrMisconfigured. Works with a single server, Sentinel, Redis
+// Cluster and Ring through go-redis v9.
 //
-// Keys are isolated: a key of another type fails its own tenant's call only
-// (an error wrapping tollgate.ErrMisconfigured, nothing taken), and a string
-// that holds no valid state is repaired as a full bucket or an unused quota
-// and logged once.
+// Calls wait in a queue and go out together on a few connections: one
+// round trip carries every call that arrived while the previous one was
+// out, and one script call carries the Ops of many tenants, so that Redis
+// pays for a script and a clock reading once for all of them. A call fails
+// only when Redis has not answered within the timeout (WithTimeout)
+// counted from when its command was written; time spent queued or
+// dialling, and a reader that a busy machine schedules late, do not count.
+// Failed round trips open a circuit breaker (WithCircuitBreaker), which
+// then answers at once until a probe succeeds. The Limiter's failure
+// policy decides what a failed call means.
 //
-// A Store coalesces concurrent calls into shared round trips, denies
-// requests for buckets it knows to be empty without a round trip, and
-// bounds the harm of a failing Redis with each caller's own deadline, a
-// circuit breaker and an optional fallback store; misconfiguration is
-// reported as such (tollgate.ErrMisconfigured), by Check before the first
-// request. See docs/redis.md in the repository for set-up and failure
-// behaviour.
+// Before the first request, a Limiter's New asks the Store to Check itself:
+// the connection, the credentials, the database, the permissions to load
+// and run the script on keys under the prefix; a misconfiguration fails
+// New, and a Redis that may evict keys is logged. The Check also opens
+// the connections that the first requests will use.
 package redisstore

@@ -1,43 +1,37 @@
 package redisstore
 
-import "time"
+import (
+	"net"
+	"time"
+)
 
-// WithTestClock makes the Store read its time from now: the script gets now
-// instead of the server's TIME, and the denial cache uses it too (timeouts
-// and the breaker keep the real clock). It lets the conformance kit's timing cases be exact.
+// WithTestClock makes the script read its time from now instead of Redis's
+// TIME, and the Store look quota periods up at it, so that tests can step
+// time exactly.
 func WithTestClock(now func() time.Time) Option {
-	return func(c *config) { c.localClock, c.scriptClock = now, now }
+	return func(c *config) { c.clock = now }
 }
 
-// WithLocalClock replaces the Store's own clock (the denial cache's) and
-// leaves decisions on the server's TIME, as a replica whose clock is off
-// would run.
-func WithLocalClock(now func() time.Time) Option {
-	return func(c *config) { c.localClock = now }
+// WithProcessClock replaces the process's clock, around which the Store
+// looks quota periods up, and leaves decisions on Redis's TIME: a replica
+// whose clock is off.
+func WithProcessClock(now func() time.Time) Option {
+	return func(c *config) { c.wall = now }
 }
 
-// WithWallClock replaces the clock around which the Store looks up quota
-// periods, and leaves decisions on the server's TIME: a replica whose
-// clock is off by hours.
-func WithWallClock(now func() time.Time) Option {
-	return func(c *config) { c.wallClock = now }
+// WithScript makes the Store run src instead of apply.lua.
+func WithScript(src string) Option {
+	return func(c *config) { c.script = src }
 }
 
-// RedisKey exposes the key mapping to the tests.
-func RedisKey(prefix, key string) string { return redisKey(prefix, key) }
+// ScriptSource is apply.lua.
+var ScriptSource = applySource
 
-// Slot exposes the Cluster slot computation to the tests.
-func Slot(rkey string) int { return slot(rkey) }
+// RedisKey exposes the key scheme.
+func RedisKey(prefix, tenant string) string { return redisKey(prefix, tenant) }
 
-// CachedDenials reports how many buckets the denial cache holds.
-func (s *Store) CachedDenials() int { return s.cache.len() }
+// MaxRawTenant is the longest tenant ID used in a key as it is.
+const MaxRawTenant = maxRawTenant
 
-// MaxRawKey is the longest key used as it is.
-const MaxRawKey = maxRawKey
-
-// PrefixOf returns the prefix of s's keys.
-func PrefixOf(s *Store) string { return s.prefix }
-
-// Listening reports whether s's denial cache listens for resets, and so
-// answers.
-func Listening(s *Store) bool { return s.sub.confirmed.Load() }
+// WrapLate is the dial hook's wrapping of a connection.
+func WrapLate(conn net.Conn) net.Conn { return wrapLate(conn) }

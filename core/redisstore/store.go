@@ -5,787 +5,332 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
-// DefaultBreakerFailures and DefaultBreakerBackoff configure the circuit
-// breaker unless WithCircuitBreaker says otherwise: it opens after 5 round
-// trips in a row fail or miss their callers' deadlines, and stays open for
-// 500ms before it lets a probe through.
+// DefaultTimeout is how long a Store waits for Redis's answer to a command
+// it has written, unless WithTimeout says otherwise.
+const DefaultTimeout = 50 * time.Millisecond
+
+// The circuit breaker's defaults: it opens after this many round trips in a
+// row fail, and lets a probe through after this long.
 const (
-	DefaultBreakerFailures = 5
-	DefaultBreakerBackoff  = 500 * time.Millisecond
+	defaultBreakerFailures = 5
+	defaultBreakerBackoff  = 500 * time.Millisecond
 )
-
-// DefaultDenialCacheSize is how many tenants' denied buckets a Store
-// remembers unless WithDenialCache says otherwise; about 200 bytes each.
-const DefaultDenialCacheSize = 65536
-
-// ErrUnavailable is wrapped by every error a Store returns because Redis did
-// not answer in time, failed, or is cut off by the open circuit breaker. A
-// Limiter applies its failure policy to such errors. Use errors.Is to test for
-// it. Mistakes that waiting will not mend (credentials, permissions, a
-// database that does not exist, a key of another type under the prefix) wrap
-// tollgate.ErrMisconfigured instead.
-var ErrUnavailable = errors.New("redisstore: redis unavailable")
-
-// ErrCircuitOpen is wrapped, together with ErrUnavailable, by the errors a
-// Store returns without calling Redis because its circuit breaker is open.
-var ErrCircuitOpen = errors.New("redisstore: circuit breaker open")
-
-// maxBatch bounds the calls that one round trip carries, and maxQueued the
-// calls that may wait for one; beyond that a call fails at once rather than
-// queue without bound behind a slow Redis.
-const (
-	maxBatch  = 2048
-	maxQueued = 64 * maxBatch
-)
-
-// Calls that arrive while a round trip is in flight wait for the next one,
-// which carries them all: that is what makes a loaded Store cheap. But a
-// call never waits behind round trips that have been out for longer than
-// twice the usual round trip (within [minSlow, maxSlow]): it goes out in a
-// round trip of its own, on another connection, so a Redis that answers
-// slowly but within the callers' deadlines is still a Redis that decides. If
-// secondTrip calls are waiting already, a second round trip takes them at
-// once: Redis then runs one batch while the Store reads the answers to the
-// other. At most maxInflight round trips are in flight (the client's pool
-// size, within [2, 64]).
-const (
-	minSlow    = time.Millisecond
-	maxSlow    = 3 * time.Millisecond
-	secondTrip = 32
-)
-
-// An rttAverage is a moving average of round trips that came back, in
-// nanoseconds.
-type rttAverage struct{ ns atomic.Int64 }
-
-func (a *rttAverage) observe(d time.Duration) {
-	old := a.ns.Load()
-	a.ns.Store(old + (int64(d)-old)/8) // racy updates only blur the average
-}
-
-// slowAfter is how long a round trip may be out before the calls queued
-// behind it go out on their own.
-func (a *rttAverage) slowAfter() time.Duration {
-	return min(max(2*time.Duration(a.ns.Load()), minSlow), maxSlow)
-}
 
 // An Option configures a Store.
 type Option func(*config)
 
 type config struct {
-	prefix          string
-	breakerFailures int
-	breakerBackoff  time.Duration
-	cacheSize       int
-	logger          *slog.Logger
-	loggerSet       bool
+	prefix   string
+	timeout  time.Duration
+	failures int
+	backoff  time.Duration
+	logger   *slog.Logger
 
-	// Test hooks, set from export_test.go.
-	localClock  func() time.Time // the clock of the denial cache
-	scriptClock func() time.Time // if set, the script's time instead of TIME
-	wallClock   func() time.Time // if set, the time around which quota periods are looked up
+	// Set by tests (export_test.go).
+	clock  func() time.Time // the script's time instead of Redis's TIME
+	wall   func() time.Time // the process's time instead of time.Now
+	script string           // the script's source instead of apply.lua
 }
 
 // WithPrefix sets the prefix of every key the Store writes (default
-// DefaultPrefix). It must not contain '{' or '}', which would move every
-// tenant to the same Redis Cluster slot.
+// DefaultPrefix). It must not contain '{' or '}', which would put every
+// tenant in the same Redis Cluster slot.
 func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
 
-// WithCircuitBreaker sets the circuit breaker: after failures round trips in
-// a row fail or miss their callers' deadlines, the Store stops calling Redis
-// for backoff and answers at once with an error wrapping ErrCircuitOpen;
-// then one call goes through as a probe, and the breaker closes if it
-// succeeds or stays open for another backoff if not. A Redis that answers
-// slowly but in time never opens it, and neither do misconfiguration errors.
-// failures < 1 turns the breaker off. Defaults: DefaultBreakerFailures,
-// DefaultBreakerBackoff.
-func WithCircuitBreaker(failures int, backoff time.Duration) Option {
-	return func(c *config) { c.breakerFailures, c.breakerBackoff = failures, backoff }
+// WithTimeout sets how long the Store waits for Redis to answer a command,
+// counted from when the command was written to the connection (default
+// DefaultTimeout). Time a call spends queued in the process does not
+// count, nor does getting a connection, which has a budget of its own
+// (twenty timeouts, at least a second): only Redis's silence fails a call.
+// It is the store's only timeout; the Limiter sets none.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) { c.timeout = d }
 }
 
-// WithDenialCache sets how many tenants' denied buckets and quotas the Store
-// remembers locally (default DefaultDenialCacheSize; 0 turns the cache off).
-// While Redis's answer says a request cannot be served before some instant,
-// further requests that could not be served either are denied without a
-// round trip. A cached denial never denies a request that Redis would allow,
-// and its RetryAfter is never earlier than Redis's: see docs/redis.md.
-func WithDenialCache(size int) Option {
-	return func(c *config) { c.cacheSize = size }
+// WithCircuitBreaker sets the circuit breaker: after failures round trips
+// in a row to one Redis server fail (no answer within the timeout, a
+// connection that cannot be made or breaks), the Store stops calling that
+// server for backoff and answers its calls at once with an error of kind
+// "circuit_open"; then one call goes through as a probe, and the breaker
+// closes if Redis answers it. Answers that report a misconfiguration count
+// as answers. failures < 1 turns the breaker off. The defaults are 5
+// failures and 500 ms.
+func WithCircuitBreaker(failures int, backoff time.Duration) Option {
+	return func(c *config) { c.failures, c.backoff = failures, backoff }
 }
 
 // WithLogger sets the logger of the Store's own findings (default
-// slog.Default()): a key whose state was not valid and was repaired (once
-// per key), a Redis that may evict buckets (from Check). WithLogger(nil)
-// turns them off.
+// slog.Default()): a rule state that was not valid and was repaired, a
+// Redis that may evict the Store's keys. WithLogger(nil) turns them off.
 func WithLogger(logger *slog.Logger) Option {
-	return func(c *config) { c.logger, c.loggerSet = logger, true }
+	return func(c *config) { c.logger = logger }
 }
 
-// A Store is a tollgate.MultiStore that keeps its buckets and quotas in
-// Redis, so that any number of API replicas share one bucket per key. It is
-// safe for concurrent use; one Store per client and process is the intended
-// use.
-//
-// Each Take or Do runs atomically in a Lua script, on the Redis server's
-// clock. Calls that arrive while a round trip is in flight wait for the
-// next one, which carries them all, unless that round trip is slow; a call
-// that finds the Store idle goes out at once. Requests for buckets that
-// Redis has already reported empty are denied locally until they refill (see
-// WithDenialCache). Each call waits for Redis until its own deadline, then
-// fails with an error wrapping ErrUnavailable while its round trip finishes
-// on its connection; failures open a circuit breaker (see
-// WithCircuitBreaker). The Limiter's failure policy, or its fallback store
-// (see DividedStore), then decides.
-//
-// A Store needs no Close: the goroutines that make its round trips exit once
-// it has been idle for a second, and the subscription that keeps its denial
-// cache in step with resets once the cache is empty. Closing the client is
-// the caller's business. The zero Store is not usable; call New.
+// ErrUnavailable is wrapped by the errors of calls that Redis did not
+// answer: no answer within the timeout, a connection refused or broken, an
+// open circuit breaker, a caller that gave up first. A Limiter applies its
+// failure policy to them. Such errors also have an ErrorKind() string
+// method for metrics: "timeout" (no answer within the timeout), "connect"
+// (no connection within its budget), "circuit_open", "unavailable",
+// "canceled" and "deadline" (the caller's context ended), "queue_full",
+// "moved" (a cluster slot moved), "period". Mistakes that waiting will not mend (credentials,
+// permissions, a database that does not exist, a key of another type)
+// wrap storekit.ErrMisconfigured instead.
+var ErrUnavailable = errors.New("redisstore: redis unavailable")
+
+// A Store is a tollgate.Store that keeps every tenant's rule states in
+// Redis, so that any number of API replicas share them. It works with a
+// single server or Sentinel (*redis.Client), Redis Cluster
+// (*redis.ClusterClient) and *redis.Ring. It is safe for concurrent use and
+// needs no Close: its goroutines exit when it is idle, and closing the
+// client is the caller's business. The zero Store is not usable; call New.
 type Store struct {
-	client      redis.UniversalClient
-	mode        clientMode
-	prefix      string
-	channel     string // resets and cancels are announced here
-	epochKey    string
-	cache       *denialCache
-	breaker     breaker
-	logger      *slog.Logger
-	repairs     repairLog
-	base        time.Time // origin of now
-	realBase    time.Time // origin of mono
-	localClock  func() time.Time
-	scriptClock func() time.Time
-	wallClock   func() time.Time
-	maxInflight int
+	client   redis.UniversalClient
+	prefix   string
+	timeout  time.Duration
+	failures int
+	backoff  time.Duration
+	logger   *slog.Logger
+	clock    func() time.Time
+	wall     func() time.Time
+	script   script
 
-	epoch  epochState
-	sub    subscription
-	rtt    rttAverage
-	bounds boundsCache
+	// offset is Redis's clock minus the process's, in microseconds, as
+	// the latest reply showed it: quota periods are looked up at the
+	// process's time plus offset.
+	offset atomic.Int64
 
-	mu            sync.Mutex
-	inflight      int           // round trips in flight
-	lastSent      time.Duration // on mono: when the latest round trip left
-	queue         []*call       // calls waiting for the next round trip
-	queueDeadline time.Time     // the earliest deadline in the queue
-	idle          int           // runners waiting for work
-	work          chan []*call  // to idle runners
-	kick          *time.Timer   // sends the queue past slow round trips
-	kickArmed     bool
-	kickAt        time.Duration // on mono: when the kick is armed for
+	single    *endpoint // for a *redis.Client
+	endpoints sync.Map  // for a cluster or a ring: *redis.Client -> *endpoint
 }
 
 var (
-	_ tollgate.MultiStore = (*Store)(nil)
-	_ tollgate.Checker    = (*Store)(nil)
+	_ tollgate.Store    = (*Store)(nil)
+	_ storekit.Reporter = (*Store)(nil)
 )
 
-type clientMode int
-
-const (
-	modeOther   clientMode = iota // one Op per script call
-	modeSingle                    // one server: any keys in one script call
-	modeCluster                   // Redis Cluster: one slot per script call
-)
-
-// New returns a Store that keeps its buckets in Redis through client: a
-// *redis.Client (one server, or a Sentinel-managed failover client from
-// redis.NewFailoverClient), a *redis.ClusterClient, or any UniversalClient.
-// New does not contact Redis; it returns an error only for a bad option.
-// Call Check to verify the connection, credentials and permissions
-// (tollgate.New does).
+// New returns a Store that keeps its state in Redis through client, which
+// must be a *redis.Client (a single server or a Sentinel failover client),
+// a *redis.ClusterClient or a *redis.Ring. New does not contact Redis: a
+// Limiter's New asks the Store to check itself, which does.
+//
+// The Store adds a dial hook to the client (to each node's, on a cluster or
+// ring): a read that meets its deadline takes a reply that has already
+// arrived rather than fail, for the client's other commands too. Make one
+// Store per client.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	if client == nil {
-		return nil, fmt.Errorf("%w: redisstore: New needs a Redis client, got nil", tollgate.ErrMisconfigured)
-	}
-	cfg := config{
-		prefix:          DefaultPrefix,
-		breakerFailures: DefaultBreakerFailures,
-		breakerBackoff:  DefaultBreakerBackoff,
-		cacheSize:       DefaultDenialCacheSize,
-	}
+	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, failures: defaultBreakerFailures,
+		backoff: defaultBreakerBackoff, logger: slog.Default()}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil {
+			o(&c)
+		}
 	}
-	if !cfg.loggerSet {
-		cfg.logger = slog.Default()
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%w: redisstore: New: "+format, append([]any{storekit.ErrMisconfigured}, args...)...)
 	}
-	if err := checkPrefix(cfg.prefix); err != nil {
-		return nil, err
+	if err := checkPrefix(c.prefix); err != nil {
+		return nil, fail("%v", err)
 	}
-	if cfg.breakerFailures >= 1 && cfg.breakerBackoff <= 0 {
-		return nil, fmt.Errorf("redisstore: the circuit breaker back-off must be > 0, got %v", cfg.breakerBackoff)
+	if c.timeout <= 0 {
+		return nil, fail("WithTimeout must be > 0, got %v", c.timeout)
 	}
-	if cfg.cacheSize < 0 {
-		return nil, fmt.Errorf("redisstore: the denial cache size must be >= 0, got %d", cfg.cacheSize)
+	if c.failures > 0 && c.backoff <= 0 {
+		return nil, fail("WithCircuitBreaker: backoff must be > 0, got %v", c.backoff)
 	}
-	s := &Store{
-		client:      client,
-		prefix:      cfg.prefix,
-		channel:     cfg.prefix + "#invalidate",
-		epochKey:    cfg.prefix + "{#epoch}",
-		cache:       newDenialCache(cfg.cacheSize),
-		logger:      cfg.logger,
-		localClock:  cfg.localClock,
-		scriptClock: cfg.scriptClock,
-		wallClock:   cfg.wallClock,
+	s := &Store{client: client, prefix: c.prefix, timeout: c.timeout, failures: c.failures,
+		backoff: c.backoff, logger: c.logger, clock: c.clock, wall: c.wall, script: newScript(c.script)}
+	if s.wall == nil {
+		s.wall = time.Now
 	}
-	s.breaker.init(cfg.breakerFailures, micros(cfg.breakerBackoff), micros(2*tollgate.DefaultStoreTimeout))
-	s.realBase = time.Now()
-	s.base = s.realBase
-	if s.localClock != nil {
-		s.base = s.localClock()
-	}
-	pool := 10 * runtime.GOMAXPROCS(0)
-	switch c := client.(type) {
+	switch cl := client.(type) {
 	case *redis.Client:
-		s.mode = modeSingle
-		pool = c.Options().PoolSize
-	case *redis.ClusterClient:
-		s.mode = modeCluster
-		pool = c.Options().PoolSize
+		if cl == nil {
+			return nil, fail("the client is nil")
+		}
+		s.single = s.newEndpoint(cl, opsPerScript)
+	case *redis.ClusterClient, *redis.Ring:
+		if isNil(cl) {
+			return nil, fail("the client is nil")
+		}
+	case nil:
+		return nil, fail("the client is nil")
 	default:
-		s.mode = modeOther
+		return nil, fail("a %T is not supported: use a *redis.Client, *redis.ClusterClient or *redis.Ring", client)
 	}
-	s.maxInflight = min(max(pool, 2), 64)
-	s.work = make(chan []*call, s.maxInflight)
-	s.kick = time.AfterFunc(time.Hour, s.kickQueue)
-	s.kick.Stop()
-	s.sub.init(s)
 	return s, nil
 }
 
-func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
-
-// now returns the local time in microseconds, on the monotonic clock unless
-// a test set one. It times the denial cache only; decisions use the Redis
-// server's clock.
-func (s *Store) now() int64 {
-	if s.localClock != nil {
-		return s.localClock().Sub(s.base).Microseconds()
+func isNil(c redis.UniversalClient) bool {
+	switch cl := c.(type) {
+	case *redis.ClusterClient:
+		return cl == nil
+	case *redis.Ring:
+		return cl == nil
 	}
-	return int64(time.Since(s.base) / time.Microsecond)
+	return false
 }
 
-// wallNow returns the time around which quota periods are looked up.
-func (s *Store) wallNow() time.Time {
-	if s.scriptClock != nil {
-		return s.scriptClock()
-	}
-	if s.wallClock != nil {
-		return s.wallClock()
-	}
-	return time.Now()
-}
+// Key returns the Redis key of the hash that holds tenant's rule states,
+// one field per rule (named as the rule) and "~expires", so that an
+// operator can look at them (HGETALL) or delete them. Every key a Store
+// writes is such a hash.
+func (s *Store) Key(tenant string) string { return redisKey(s.prefix, tenant) }
 
-// mono returns the time on the monotonic clock, which times round trips and
-// the breaker even in tests.
-func (s *Store) mono() time.Duration { return time.Since(s.realBase) }
-
-// clocks returns, from one reading of the clock (which costs more than the
-// rest of a decision's bookkeeping on some virtual machines), the wall time,
-// the denial cache's time (see now) and the monotonic time (see mono).
-func (s *Store) clocks() (wall time.Time, local int64, mono time.Duration) {
-	wall = time.Now()
-	mono = wall.Sub(s.realBase)
-	if s.localClock != nil {
-		return wall, s.now(), mono
-	}
-	return wall, int64(wall.Sub(s.base) / time.Microsecond), mono
-}
-
-// Key returns the Redis key that holds the main bucket of key, for looking
-// at a tenant's bucket with redis-cli: the prefix, then a hash tag that is
-// key itself when it is short printable ASCII without braces, and otherwise
-// '#' and the base64url SHA-256 of key. The tenant's other rules are kept
-// under this key, ':' and the rule's Sub (and a quota's period start). Reset
-// a tenant with Do and OpReset rather than DEL: replicas' denial caches then
-// learn of it.
-func (s *Store) Key(key string) string { return redisKey(s.prefix, key) }
-
-// Take takes cost tokens from the bucket of key under limit. It implements
-// tollgate.Store, and makes the same decision as Do with an OpTake of the
-// one Rule{Limit: limit}.
-//
-// An invalid limit or cost is reported (wrapping tollgate.ErrInvalidLimit or
-// tollgate.ErrCostExceedsBurst) without calling Redis. Take waits for Redis
-// until ctx's deadline, or for tollgate.DefaultStoreTimeout if ctx has none,
-// and then returns an error wrapping ErrUnavailable.
+// Take takes cost tokens from the token bucket of key under limit, as a Do
+// of a Take with the one rule storekit.BucketRule(limit) would: its state
+// is the tenant key's main bucket.
 func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost int64) (tollgate.Result, error) {
 	if err := limit.Validate(); err != nil {
 		return tollgate.Result{}, err
 	}
-	if err := limit.CheckCost(cost); err != nil {
-		return tollgate.Result{}, err
+	return storekit.TakeRule(ctx, s, key, storekit.BucketRule(limit.Rate, limit.Burst), cost)
+}
+
+// Do applies op to the rule states of op.Tenant in one atomic step of a
+// Lua script, on Redis's clock (op.Now is ignored). It returns an error
+// wrapping ErrUnavailable when Redis did not answer, storekit.ErrMisconfigured
+// for a mistake that waiting will not mend, and storekit.ErrInvalid for
+// rules beyond what the Store can compute exactly. If ctx ends first, Do
+// returns at once; an Op already written to Redis may still be applied.
+func (s *Store) Do(ctx context.Context, op *storekit.Op) error {
+	switch op.Kind {
+	case storekit.Check:
+		return s.check(ctx)
+	case storekit.Take, storekit.Inspect, storekit.Reset, storekit.Cancel:
+	default:
+		return fmt.Errorf("%w: redisstore: unknown Op kind %d", storekit.ErrInvalid, op.Kind)
 	}
-	tenant := redisKey(s.prefix, key)
-	if s.sub.confirmed.Load() {
-		// A tenant over its limit costs no allocation beyond its key.
-		if r, ok := s.cache.answerBucket(tenant, limit, cost, s.now()); ok {
-			return r, nil
+	if err := checkRules(op); err != nil {
+		return err
+	}
+	key := redisKey(s.prefix, op.Tenant)
+	e, err := s.endpoint(ctx, key)
+	if err != nil {
+		return err
+	}
+	c := calls.Get().(*call)
+	when := s.estimate()
+	// The script refuses a quota period that does not hold Redis's time
+	// and answers with that time; a period can only end between two tries
+	// at its very boundary, so the third try is the last.
+	for range 3 {
+		c.encode(op, key, when)
+		if err := e.do(ctx, c); err != nil {
+			return err // c may still be in a round trip: it is not reused
 		}
+		op.Latency += c.latency
+		retry, err := s.settle(ctx, op, c)
+		if err != nil || !retry {
+			calls.Put(c)
+			return err
+		}
+		when = time.UnixMicro(c.now)
 	}
-	tc := takeCalls.Get().(*takeCall)
-	c := &tc.call
-	c.reset()
-	tc.rule[0] = tollgate.Rule{Limit: limit}
-	c.own = tollgate.Op{Kind: tollgate.OpTake, Key: key, Rules: tc.rule[:], Cost: cost, Results: tc.result[:0], Marks: tc.mark[:0]}
-	c.op = &c.own
-	c.tenant = tenant
-	tc.key[0] = tenant
-	c.keys = tc.key[:]
-	err := s.do(ctx, c, time.Time{})
-	var r tollgate.Result
-	if err == nil {
-		r = c.own.Results[0]
-	}
-	if c.reusable() {
-		c.own, c.tenant, tc.key[0] = tollgate.Op{}, "", ""
-		takeCalls.Put(tc)
-	}
-	return r, err
+	calls.Put(c)
+	return unavailable("period", fmt.Errorf("redisstore: the quota periods never held Redis's time, %v", when))
 }
 
-// Do runs op on the rules of op.Key in one atomic script call (one per Op,
-// batched with other calls' into shared round trips). It implements
-// tollgate.MultiStore; op.go in package tollgate documents each OpKind.
-//
-// Do trusts its Op: every rule must be valid for op.Cost (Rule.Validate),
-// as the Limiter ensures once per plan. A MaxDelay beyond tollgate.MaxWindow
-// counts as tollgate.MaxWindow. Do waits for Redis until op.Deadline, or
-// ctx's deadline if op.Deadline is zero, or for tollgate.DefaultStoreTimeout
-// if neither is set, and returns when ctx is done; it then returns an error
-// wrapping ErrUnavailable.
-//
-// All of a tenant's rules share its hash tag, so an Op works on Redis
-// Cluster. A quota's periods are decided on Redis's clock. OpReset and a
-// OpCancel that gives tokens back are announced to every Store with the same
-// prefix, whose denial caches forget the tenant.
-func (s *Store) Do(ctx context.Context, op *tollgate.Op) error {
-	// The call works on a copy of op: its round trip may read the Op
-	// after a caller that gave up has returned, and that caller may be
-	// using its Op again (the Limiter recycles them). The answer goes
-	// back into op here, in the caller's goroutine.
-	dc := doCalls.Get().(*doCall)
-	c := &dc.call
-	c.reset()
-	c.tenant = redisKey(s.prefix, op.Key)
-	c.own = *op
-	c.own.Rules = append(dc.rules[:0], op.Rules...)
-	c.own.Results = dc.results[:0]
-	c.own.Marks = append(dc.marks[:0], op.Marks...)
-	c.op = &c.own
-	c.keys = dc.keys[:0]
-	if c.args == nil {
-		c.args = dc.args[:0]
+// estimate returns the process's estimate of Redis's time.
+func (s *Store) estimate() time.Time {
+	if s.clock != nil {
+		return s.clock()
 	}
-	c.prepareKeys(s.wallNow(), &s.bounds)
-	start := s.mono()
-	err := s.do(ctx, c, op.Deadline)
-	// For the Limiter's observers: the wait for Redis, or for its
-	// failure (nearly 0 for an answer from the denial cache).
-	op.Latency = s.mono() - start
-	if err == nil {
-		op.Allowed, op.Delay = c.own.Allowed, c.own.Delay
-		op.Results = append(op.Results[:0], c.own.Results...)
-		op.Marks = append(op.Marks[:0], c.own.Marks...)
-	}
-	if c.reusable() {
-		c.own, c.tenant = tollgate.Op{}, ""
-		clear(dc.rules[:])
-		clear(dc.keys[:])
-		dc.call.keys = nil
-		doCalls.Put(dc)
-	}
-	return err
+	return s.wall().Add(time.Duration(s.offset.Load()) * time.Microsecond)
 }
 
-var (
-	errCircuitOpen = fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen)
-	errQueueFull   = fmt.Errorf("%w: %d calls already wait for Redis", ErrUnavailable, maxQueued)
+// endpoint returns the endpoint of the server that holds key.
+func (s *Store) endpoint(ctx context.Context, key string) (*endpoint, error) {
+	if s.single != nil {
+		return s.single, nil
+	}
+	var node *redis.Client
+	var err error
+	switch cl := s.client.(type) {
+	case *redis.ClusterClient:
+		node, err = cl.MasterForKey(ctx, key)
+	case *redis.Ring:
+		node, err = cl.GetShardClientForKey(key)
+	}
+	if err != nil {
+		return nil, unavailable("unavailable", fmt.Errorf("redisstore: finding the server of %s: %w", key, err))
+	}
+	return s.nodeEndpoint(node), nil
+}
+
+// nodeEndpoint returns the endpoint of a node of a cluster or ring.
+func (s *Store) nodeEndpoint(node *redis.Client) *endpoint {
+	if e, ok := s.endpoints.Load(node); ok {
+		return e.(*endpoint)
+	}
+	perCmd := opsPerScript
+	if _, cluster := s.client.(*redis.ClusterClient); cluster {
+		perCmd = 1 // a script's keys must share a slot
+	}
+	e, _ := s.endpoints.LoadOrStore(node, s.newEndpoint(node, perCmd))
+	return e.(*endpoint)
+}
+
+// Stats reports whether the circuit breaker is open (for any server of a
+// cluster or ring) and how many times it has opened.
+func (s *Store) Stats() storekit.Stats {
+	var st storekit.Stats
+	add := func(e *endpoint) {
+		open, opens := e.breaker.stats()
+		st.BreakerOpen = st.BreakerOpen || open
+		st.BreakerOpens += opens
+	}
+	if s.single != nil {
+		add(s.single)
+	}
+	s.endpoints.Range(func(_, e any) bool {
+		add(e.(*endpoint))
+		return true
+	})
+	return st
+}
+
+// Bounds of the rules the script computes exactly in its 53-bit numbers:
+// the engine's own limits (a burst of 15 digits, a hundred years to refill
+// or to wait) with the rounding of a bucket's interval.
+const (
+	expiresField = "~expires" // as apply.lua names it
+	maxBurst     = 999_999_999_999_999
+	maxTolerance = 4_200_000_000_000_000 // µs a bucket may run ahead of now
+	maxDelay     = 100 * 365 * 24 * time.Hour
 )
 
-// do answers c from the denial cache, or sends it to Redis and waits for
-// the answer until its deadline.
-func (s *Store) do(ctx context.Context, c *call, deadline time.Time) error {
-	kind := c.op.Kind
-	wall, local, mono := s.clocks()
-	if kind == tollgate.OpTake || kind == tollgate.OpInspect {
-		if s.cached(c, local) {
-			return nil
-		}
-	} else {
-		// This replica learns of its own resets and cancels at once; the
-		// others through the announcement.
-		s.cache.forget(c.tenant)
+// checkRules reports rules the script could not compute exactly.
+func checkRules(op *storekit.Op) error {
+	if op.Cost > maxBurst {
+		return fmt.Errorf("%w: redisstore: cost %d is above %d", storekit.ErrInvalid, op.Cost, int64(maxBurst))
 	}
-	if !s.breaker.allow(micros(mono)) {
-		return errCircuitOpen
-	}
-	if deadline.IsZero() {
-		if d, ok := ctx.Deadline(); ok {
-			deadline = d
-		} else {
-			deadline = wall.Add(tollgate.DefaultStoreTimeout)
-		}
-	}
-	if !wall.Before(deadline) {
-		return fmt.Errorf("%w: the deadline had passed before the call was sent", ErrUnavailable)
-	}
-	c.deadline = deadline
-	c.encode()
-	if !s.submit(c, mono) {
-		return errQueueFull
-	}
-	// The Store answers c by its deadline (see trip and kickQueue), so the
-	// caller needs no timer of its own; ctx may end it sooner.
-	done := ctx.Done()
-	if done == nil {
-		<-c.done
-		return c.err
-	}
-	select {
-	case <-c.done:
-	case <-done:
-		if err := s.giveUp(c, errors.Is(ctx.Err(), context.DeadlineExceeded)); err != nil {
-			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-		}
-	}
-	return c.err
-}
-
-// cached answers c from the denial cache if it can. The cache answers
-// nothing while no subscription tells it of resets (see subscription).
-func (s *Store) cached(c *call, now int64) bool {
-	return s.sub.confirmed.Load() && s.cache.answer(c, now)
-}
-
-// giveUp abandons c when its caller stops waiting. A caller whose deadline
-// passed while its round trip was out counts that round trip as failed
-// (once); one that was merely cancelled does not. It returns nil if c was
-// answered meanwhile.
-func (s *Store) giveUp(c *call, deadline bool) error {
-	if !c.state.CompareAndSwap(callPending, callAbandoned) {
-		<-c.done
-		return nil
-	}
-	if tr := c.trip.Load(); deadline && tr != nil && tr.state.CompareAndSwap(tripInFlight, tripLate) {
-		s.breaker.failure(micros(s.mono()), tr.sent)
-	}
-	return errAbandoned
-}
-
-var errAbandoned = errors.New("abandoned")
-
-// submit queues c and starts a round trip if none is in flight, if those in
-// flight are slow, or if enough calls wait. It reports false if too many
-// calls wait already.
-func (s *Store) submit(c *call, mono time.Duration) bool {
-	s.mu.Lock()
-	if len(s.queue) >= maxQueued {
-		s.mu.Unlock()
-		return false
-	}
-	s.queue = append(s.queue, c)
-	if s.queueDeadline.IsZero() || c.deadline.Before(s.queueDeadline) {
-		s.queueDeadline = c.deadline
-	}
-	if s.inflight == 0 ||
-		s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter() ||
-		s.inflight < 2 && len(s.queue) >= secondTrip {
-		s.startLocked(mono) // unlocks
-		return true
-	}
-	s.armKickLocked(mono)
-	s.mu.Unlock()
-	return true
-}
-
-// armKickLocked arms the kick timer for the earlier of the moment the round
-// trips in flight count as slow and the earliest deadline in the queue.
-// s.mu must be held.
-func (s *Store) armKickLocked(mono time.Duration) {
-	var wait time.Duration = -1
-	if s.inflight < s.maxInflight {
-		wait = max(s.lastSent+s.rtt.slowAfter()-mono, 0)
-	}
-	if !s.queueDeadline.IsZero() {
-		if d := max(time.Until(s.queueDeadline), 0); wait < 0 || d < wait {
-			wait = d
-		}
-	}
-	if wait < 0 {
-		return // a round trip coming back takes the queue
-	}
-	at := mono + wait
-	if s.kickArmed && s.kickAt <= at {
-		return
-	}
-	s.kickArmed, s.kickAt = true, at
-	s.kick.Reset(wait)
-}
-
-// kickQueue answers the queued calls whose deadlines have passed, and sends
-// the queue past round trips that have been out too long.
-func (s *Store) kickQueue() {
-	s.mu.Lock()
-	s.kickArmed = false
-	if len(s.queue) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	if now := time.Now(); !now.Before(s.queueDeadline) {
-		// Calls that waited their whole deadline in the queue (every
-		// connection busy with slow round trips): answer them now.
-		var next time.Time
-		kept := s.queue[:0]
-		for _, c := range s.queue {
-			if c.state.Load() != callPending {
-				continue
-			}
-			if !now.Before(c.deadline) {
-				c.fail(timeoutErr(c))
-				continue
-			}
-			if next.IsZero() || c.deadline.Before(next) {
-				next = c.deadline
-			}
-			kept = append(kept, c)
-		}
-		clear(s.queue[len(kept):])
-		s.queue, s.queueDeadline = kept, next
-		if len(s.queue) == 0 {
-			s.queue = nil
-			s.mu.Unlock()
-			return
-		}
-	}
-	mono := s.mono()
-	if s.inflight < s.maxInflight && mono-s.lastSent >= s.rtt.slowAfter() {
-		s.startLocked(mono)
-		return
-	}
-	s.armKickLocked(mono)
-	s.mu.Unlock()
-}
-
-// startLocked takes the queue into a new round trip, on an idle runner or a
-// new one. s.mu must be held; startLocked releases it.
-func (s *Store) startLocked(mono time.Duration) {
-	batch := s.takeQueue()
-	s.inflight++
-	s.lastSent = mono
-	if s.idle > 0 {
-		s.idle--
-		s.mu.Unlock()
-		s.work <- batch // never blocks: a runner is waiting for it
-		return
-	}
-	s.mu.Unlock()
-	go s.run(batch)
-}
-
-// lingerFor is how long a runner with nothing left to send waits for more
-// before it exits. Handing a batch to a waiting runner is cheaper than
-// starting a goroutine, whose stack must grow again through go-redis, and a
-// Store still holds no goroutine once it has been idle that long.
-const lingerFor = time.Second
-
-// run makes round trips until no call waits, then lingers (see lingerFor).
-func (s *Store) run(batch []*call) {
-	r := &runner{}
-	// The linger timer is armed once and re-armed only when it fires
-	// early: a busy runner touches no timer between round trips.
-	linger := time.NewTimer(lingerFor)
-	defer linger.Stop()
-	var lastActive time.Duration
-	for {
-		s.roundTrip(batch, r)
-		if batch = s.next(); batch != nil {
-			continue
-		}
-		lastActive = s.mono()
-		s.mu.Lock()
-		s.idle++
-		s.mu.Unlock()
-	wait:
-		select {
-		case batch = <-s.work:
-		case <-linger.C:
-			if idle := s.mono() - lastActive; idle < lingerFor {
-				linger.Reset(lingerFor - idle)
-				goto wait
-			}
-			s.mu.Lock()
-			if s.idle > 0 {
-				s.idle--
-				s.mu.Unlock()
-				return
-			}
-			// A batch is on its way to an idle runner: this one.
-			s.mu.Unlock()
-			batch = <-s.work
-			linger.Reset(lingerFor)
-		}
-	}
-}
-
-// A runner is what a goroutine that makes round trips keeps between them:
-// the timer of its trips' watchdog, armed for each trip.
-type runner struct {
-	timer   *time.Timer
-	trip    atomic.Pointer[trip]
-	scratch scratch
-}
-
-func (r *runner) fire() {
-	if tr := r.trip.Load(); tr != nil {
-		tr.fire()
-	}
-}
-
-// next takes the queued calls for the next round trip. It returns nil, and
-// counts the round trip as ended, when the queue is empty.
-func (s *Store) next() []*call {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
-		s.inflight--
-		return nil
-	}
-	s.lastSent = s.mono()
-	return s.takeQueue()
-}
-
-// takeQueue takes up to maxBatch queued calls, oldest first. s.mu must be
-// held.
-func (s *Store) takeQueue() []*call {
-	q := s.queue
-	if len(q) > maxBatch {
-		s.queue = append([]*call(nil), q[maxBatch:]...)
-		s.queueDeadline = time.Time{}
-		for _, c := range s.queue {
-			if s.queueDeadline.IsZero() || c.deadline.Before(s.queueDeadline) {
-				s.queueDeadline = c.deadline
-			}
-		}
-		return q[:maxBatch:maxBatch]
-	}
-	s.queue, s.queueDeadline = nil, time.Time{}
-	return q
-}
-
-// prepare answers the calls of a batch that the denial cache now can, fails
-// those whose deadlines have passed, drops those whose callers gave up, and
-// returns the rest.
-func (s *Store) prepare(batch []*call, wall time.Time, now int64) []*call {
-	kept := batch[:0]
-	for _, c := range batch {
-		if c.state.Load() != callPending {
-			continue
-		}
-		if !wall.Before(c.deadline) {
-			c.fail(timeoutErr(c))
-			continue
-		}
-		if k := c.kind; (k == tollgate.OpTake || k == tollgate.OpInspect) && s.sub.confirmed.Load() && c.claim() {
-			if s.cache.answer(c, now) {
-				c.release()
-				continue
-			}
-			c.state.Store(callPending)
-		}
-		kept = append(kept, c)
-	}
-	return kept
-}
-
-// roundTrip sends batch to Redis and delivers the answers. The round trip
-// runs on a context that never expires, so it always finishes on its
-// connection, whatever its callers do meanwhile: its watchdog answers each
-// call at its deadline (see trip), and the round trip's answers then go to
-// the calls still waiting.
-func (s *Store) roundTrip(batch []*call, r *runner) {
-	wall, sent, sentMono := s.clocks()
-	batch = s.prepare(batch, wall, sent)
-	if len(batch) == 0 {
-		return
-	}
-	epoch := s.epoch.check(s)
-	tr := &trip{sent: micros(sentMono), s: s, calls: batch}
-	for _, c := range batch {
-		c.trip.Store(tr)
-	}
-	tr.watch(wall, r)
-	groups, err := s.exec(context.Background(), batch, epoch, &r.scratch)
-	r.trip.Store(nil)
-	tr.end()
-	_, recv, recvMono := s.clocks()
-	if tr.state.CompareAndSwap(tripInFlight, tripBack) {
+	for i := range op.Rules {
+		r := &op.Rules[i]
 		switch {
-		case err == nil:
-			s.breaker.success()
-			s.rtt.observe(recvMono - sentMono)
-		case !isMisconfig(err):
-			s.breaker.failure(micros(recvMono), tr.sent)
+		case r.Burst < 1 || r.Burst > maxBurst:
+			return fmt.Errorf("%w: redisstore: rule %q: burst %d is not 1 to %d", storekit.ErrInvalid, r.Name, r.Burst, int64(maxBurst))
+		case r.Kind == storekit.Bucket && (r.Interval < 1 || r.Burst > maxTolerance/r.Interval):
+			return fmt.Errorf("%w: redisstore: rule %q: a burst of %d at %d µs a token is beyond a hundred years",
+				storekit.ErrInvalid, r.Name, r.Burst, r.Interval)
+		case r.Kind == storekit.Quota && r.Period == nil:
+			return fmt.Errorf("%w: redisstore: quota rule %q has no Period", storekit.ErrInvalid, r.Name)
+		case r.Kind != storekit.Bucket && r.Kind != storekit.Quota:
+			return fmt.Errorf("%w: redisstore: rule %q has unknown kind %d", storekit.ErrInvalid, r.Name, r.Kind)
+		case r.Name == expiresField:
+			return fmt.Errorf("%w: redisstore: a rule may not be named %q, the field of the hash's expiry", storekit.ErrInvalid, r.Name)
 		}
 	}
-	if epoch != nil {
-		s.epoch.learn(s, epoch, micros(sentMono))
-	}
-	for i := range groups {
-		g := &groups[i]
-		s.deliver(g, batch, sent, recv)
-	}
-}
-
-// deliver answers the calls of group g from its reply; sent and recv are
-// the local times (see now) at which the round trip left and came back.
-func (s *Store) deliver(g *group, batch []*call, sent, recv int64) {
-	now, vals, gerr := reply(g, batch)
-	for _, j := range g.idx {
-		c := batch[j]
-		var v []int64
-		if gerr == nil {
-			v, vals = vals[:1+c.rules:1+c.rules], vals[1+c.rules:]
-		}
-		if !c.claim() {
-			continue // answered by the watchdog, or abandoned
-		}
-		if gerr != nil {
-			c.err = classify(gerr)
-			c.release()
-			continue
-		}
-		if err := c.decode(now, v); err != nil {
-			c.err = err
-		} else if kind := c.op.Kind; kind == tollgate.OpTake || kind == tollgate.OpInspect {
-			s.cache.learn(s, c, now, v, sent, recv)
-		}
-		if v[0] > 3 {
-			s.repairs.report(s, c, v[0]>>2)
-		}
-		c.release()
-	}
-}
-
-// classify wraps an error from Redis: misconfiguration (credentials,
-// permissions, a database that does not exist) as tollgate.ErrMisconfigured,
-// anything else as ErrUnavailable.
-func classify(err error) error {
-	if isMisconfig(err) {
-		return fmt.Errorf("%w: %w", tollgate.ErrMisconfigured, err)
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return nil
 }

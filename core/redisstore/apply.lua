@@ -1,0 +1,260 @@
+-- apply.lua applies storekit.Ops, each to the rule states of one tenant,
+-- each in one atomic step, on Redis's clock. An Op is storetest.Model in
+-- Lua: read that first. One call carries the Ops of many tenants, so that
+-- Redis runs the script, and reads its clock, once for all of them.
+--
+-- KEYS[k] is the hash of Op k's tenant; its fields are the rule names,
+-- its values the states:
+--   a token bucket  "<sec>.<usec>"          its theoretical arrival time (TAT)
+--   a quota         "<used>:<sec>.<usec>"   tokens used in the period ending then
+-- A missing field is an empty state: a full bucket, an unused quota. The
+-- field "~expires" holds the time, in milliseconds since 1970, that the
+-- hash's TTL was last set to end at, so that an Op need not ask for it.
+--
+-- ARGV: the clock ("" for TIME; tests pass a time), then per Op: kind
+-- (storekit.Kind), cost, max delay (µs), mark (a Cancel's "<sec>.<usec>",
+-- else ""), the number of rules n, their n names, then per rule its
+-- burst, its interval (µs per token; 0 for a quota) and a quota's period
+-- as the client computed it, start and end ("" for a bucket).
+--
+-- Reply: now (sec, usec), then per Op a list: 0, allowed (0/1), delay
+-- (µs), then per rule allowed, remaining, retry after and reset after
+-- (µs), then the names of the states that were not valid and were removed,
+-- for the client to log; or 1 if a quota's period does not hold now (the
+-- client computes the periods again at this now and retries); or 2 and
+-- the error of a key that is not a hash.
+--
+-- Lua numbers are doubles: every sum below stays under 2^53. Times are
+-- kept relative to now; an absolute time in microseconds since 1970 plus a
+-- reservation of a hundred years would not.
+
+-- Every command goes through call or pcall; the test of declared keys
+-- replaces this line with wrappers that fail on any key not in KEYS.
+local call, pcall = redis.call, redis.pcall
+
+-- No valid state lies further from now: a hundred years of burst and a
+-- hundred years of reservation, with room to spare.
+local horizon = 8e15
+
+-- The least slack a hash's TTL gets. A test's clock may run slower than
+-- the one Redis expires keys by: its keys live an hour.
+local slack = 1000
+
+local now_sec, now_usec
+if ARGV[1] == '' then
+  local t = call('TIME')
+  now_sec, now_usec = tonumber(t[1]), tonumber(t[2])
+else
+  local sec, usec = string.match(ARGV[1], '^(%d+)%.(%d+)$')
+  now_sec, now_usec = tonumber(sec), tonumber(usec)
+  slack = 3600000
+end
+
+-- at returns a time "<sec>.<usec>" as microseconds from now, or nil if it
+-- is not one or lies beyond the horizon.
+local function at(s)
+  local sec, usec = string.match(s, '^(%d+)%.(%d%d%d%d%d%d)$')
+  if sec ~= nil and #sec <= 12 then
+    local d = (tonumber(sec) - now_sec) * 1e6 + (tonumber(usec) - now_usec)
+    if d <= horizon then
+      return d
+    end
+  end
+end
+
+-- stamp returns the time d microseconds from now as "<sec>.<usec>",
+-- exactly: d / 1e6 in doubles may round up to the next integer.
+local function stamp(d)
+  local us = now_usec + d
+  local sec = math.floor(us / 1e6)
+  us = us - sec * 1e6
+  if us < 0 then
+    sec, us = sec - 1, us + 1e6
+  end
+  return string.format('%d.%06d', now_sec + sec, us)
+end
+
+-- apply applies the Op whose arguments start at ARGV[a] to key, and
+-- returns its reply and where the next Op's arguments start.
+local function apply(key, a)
+  local kind, cost, max_delay = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local mark, n = ARGV[a + 3], tonumber(ARGV[a + 4])
+  local names, figures = a + 4, a + 4 + n -- rule i: ARGV[names + i]; ARGV[figures + 4i - 3 ...]
+  local next_op = figures + 4 * n + 1
+  local take = kind == 1
+  if not take then
+    max_delay = 0
+  end
+
+  -- reply[r], r = 4i .. 4i+3, holds rule i's results in the end; until
+  -- then reply[4i] holds a bucket's TAT - now, never below 0 (a past TAT
+  -- is a full bucket), or a quota's tokens used, reply[4i+1] the time
+  -- until their period ends and reply[4i+2] the end of the current period.
+  local reply = { 0, 0, 0 }
+
+  -- The quota periods must hold now, before anything is read or written.
+  for i = 1, n do
+    local f = figures + 4 * i - 3
+    if ARGV[f + 1] == '0' then
+      local s, e = at(ARGV[f + 2]), at(ARGV[f + 3])
+      if s == nil or e == nil or s > 0 or e <= 0 then
+        return { 1 }, next_op
+      end
+      reply[4 * i + 2] = e
+    end
+  end
+
+  -- The read comes first: on a key of another type it fails before
+  -- anything is written, and only this Op fails.
+  local stored = pcall('HMGET', key, '~expires', unpack(ARGV, names + 1, names + n))
+  if stored.err then
+    return { 2, stored.err }, next_op
+  end
+  if kind == 3 then
+    call('DEL', key)
+    stored = {}
+  end
+
+  local invalid
+  for i = 1, n do
+    local v, used, left = stored[i + 1], 0, reply[4 * i + 2]
+    if v then
+      if left == nil then
+        local t = at(v)
+        if t == nil then
+          invalid = invalid or {}
+          invalid[#invalid + 1] = ARGV[names + i]
+        elseif t > 0 then
+          used = t
+        end
+      else
+        local us, es = string.match(v, '^(%d+):(.*)$')
+        local u, e = us and #us <= 15 and tonumber(us), es and at(es)
+        if not u or not e then
+          invalid = invalid or {}
+          invalid[#invalid + 1] = ARGV[names + i]
+        elseif e > 0 then
+          used, left = u, e
+        end
+      end
+    end
+    reply[4 * i], reply[4 * i + 1] = used, left
+  end
+  if invalid then
+    call('HDEL', key, unpack(invalid))
+  end
+
+  -- A Cancel whose reservation has not begun gives back what it took.
+  local dirty = false
+  if kind == 4 then
+    local m = at(mark)
+    dirty = m ~= nil and m > 0
+  end
+
+  local allowed, delay = true, 0
+  for i = 1, n do
+    local f = figures + 4 * i - 3
+    local burst, interval, v = tonumber(ARGV[f]), tonumber(ARGV[f + 1]), reply[4 * i]
+    if interval > 0 then
+      local need = cost * interval
+      if dirty then
+        v = math.max(v - need, 0)
+      end
+      local wait = (v - burst * interval) + need
+      if wait > 0 then
+        delay = math.max(delay, wait)
+        allowed = allowed and wait <= max_delay
+      end
+    else
+      if dirty then
+        v = math.max(v - cost, 0)
+      end
+      allowed = allowed and v + cost <= burst
+    end
+    reply[4 * i] = v
+  end
+  local granted = take and allowed
+  dirty = dirty or granted
+  if allowed and (take or kind == 2) then
+    reply[2], reply[3] = 1, delay
+  end
+
+  local sets, dels, keep = {}, nil, 0
+  for i = 1, n do
+    local f = figures + 4 * i - 3
+    local burst, interval, v, left = tonumber(ARGV[f]), tonumber(ARGV[f + 1]), reply[4 * i], reply[4 * i + 1]
+    local ok, remaining, retry, reset, value
+    if interval > 0 then
+      local tol, need = burst * interval, cost * interval
+      if granted then
+        v = v + need
+      end
+      local wait = math.max((v - tol) + need, 0)
+      -- Whole tokens left: floor((tol - v) / interval), exactly.
+      local room = math.max(tol - v, 0)
+      remaining = math.floor(room / interval)
+      if remaining * interval > room then
+        remaining = remaining - 1
+      end
+      ok, retry, reset = granted or wait == 0, granted and 0 or wait, v
+      if v > 0 then
+        value = stamp(v)
+      end
+    else
+      if granted then
+        v, left = v + cost, reply[4 * i + 2]
+      end
+      local over = v + cost > burst
+      ok, remaining, retry, reset = granted or not over, math.max(burst - v, 0), 0, 0
+      if over and not granted then
+        retry = left
+      end
+      if v > 0 then
+        reset = left
+        value = string.format('%d:%s', v, stamp(left))
+      end
+    end
+    reply[4 * i], reply[4 * i + 1], reply[4 * i + 2], reply[4 * i + 3] = ok and 1 or 0, remaining, retry, reset
+    if dirty then
+      if value then
+        sets[#sets + 1], sets[#sets + 2] = ARGV[names + i], value
+        keep = math.max(keep, reset)
+      else
+        dels = dels or {}
+        dels[#dels + 1] = ARGV[names + i]
+      end
+    end
+  end
+
+  if dels then
+    call('HDEL', key, unpack(dels))
+  end
+  if #sets > 0 then
+    -- The hash expires when every state in it is empty, its other rules'
+    -- too, so its TTL only grows; some slack spares most Ops the PEXPIRE.
+    local ttl = math.ceil(keep / 1000)
+    local now_ms = now_sec * 1000 + math.floor(now_usec / 1000)
+    local expires = tonumber(stored[1])
+    if expires == nil or expires < now_ms + ttl then
+      ttl = ttl + math.max(math.min(ttl, 60000), slack)
+      sets[#sets + 1], sets[#sets + 2] = '~expires', string.format('%d', now_ms + ttl)
+      call('HSET', key, unpack(sets))
+      call('PEXPIRE', key, ttl)
+    else
+      call('HSET', key, unpack(sets))
+    end
+  end
+
+  if invalid then
+    for i = 1, #invalid do
+      reply[#reply + 1] = invalid[i]
+    end
+  end
+  return reply, next_op
+end
+
+local replies, a = { now_sec, now_usec }, 2
+for k = 1, #KEYS do
+  replies[k + 2], a = apply(KEYS[k], a)
+end
+return replies

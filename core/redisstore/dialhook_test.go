@@ -1,0 +1,59 @@
+//go:build unix
+
+package redisstore_test
+
+import (
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core/redisstore"
+)
+
+// TestLateRead: a read whose deadline has passed takes the reply that is
+// waiting in the socket, as when the runtime ran the deadline's timer
+// before it noticed the reply; with nothing waiting it fails at once.
+func TestLateRead(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := <-accepted
+	defer server.Close()
+	conn := redisstore.WrapLate(raw)
+	defer conn.Close()
+
+	if _, err := server.Write([]byte("+PONG\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	time.Sleep(50 * time.Millisecond) // the reply is in the socket
+	conn.SetReadDeadline(time.Now().Add(-time.Second))
+	n, err := conn.Read(buf)
+	if err != nil || string(buf[:n]) != "+PONG\r\n" {
+		t.Fatalf("read past the deadline with a reply waiting: %q, %v", buf[:n], err)
+	}
+	start := time.Now()
+	if n, err := conn.Read(buf); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("read past the deadline with nothing waiting: %d, %v after %v; want a timeout at once", n, err, time.Since(start))
+	}
+	// Without the wrapping, the runtime refuses the read.
+	server.Write([]byte("+PONG\r\n"))
+	time.Sleep(50 * time.Millisecond)
+	raw.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err := raw.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the plain socket read a reply past its deadline (%v): the test shows nothing", err)
+	}
+}
