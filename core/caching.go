@@ -201,3 +201,5 @@ func (c *CachingResolver) Len() int { return int(c.size.Load()) }
 // knownPlans: a CachingResolver can not tell which plans its resolver
 // gives.
 func (c *CachingResolver) knownPlans() []Plan { return nil }
+
+func (c *CachingResolver) compiledPlan(string) *compiledPlan { return nil }

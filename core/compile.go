@@ -22,10 +22,11 @@ func init() {
 // applies: one rule set for requests without a budget, one per budget, and
 // one with every rule, for Inspect and Reset.
 type compiledPlan struct {
-	plan     Plan
-	base     *ruleSet
-	byBudget map[string]*ruleSet
-	all      *ruleSet
+	plan        Plan
+	policyNames []string // of plan.Policies, as compile filled them in
+	base        *ruleSet
+	byBudget    map[string]*ruleSet
+	all         *ruleSet
 }
 
 // A ruleSet is the policies that apply to one kind of request, in order
@@ -108,6 +109,7 @@ func compile(p Plan) (*compiledPlan, error) {
 			return nil, fmt.Errorf("%w: %s: Name %q is used twice in the plan", ErrInvalidLimit, field, named.Name)
 		}
 		names[named.Name] = true
+		c.policyNames = append(c.policyNames, named.Name)
 		if other, dup := states[rule.Name]; dup {
 			return nil, fmt.Errorf("%w: %s: policy %q would share its state with %q (one bucket and one quota of each period for the plan and for each budget)",
 				ErrInvalidLimit, field, named.Name, other)

@@ -54,6 +54,8 @@ type Limiter struct {
 	clock           clock
 	now             func() time.Time
 	mistakes        sync.Map // the configuration mistakes logged already
+	admin           adminState
+	noOverrides     bool // the store keeps none
 }
 
 // DefaultResolverTimeout bounds each plan lookup unless WithResolverTimeout
@@ -202,6 +204,13 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 		if err := l.check(s); err != nil {
 			return nil, err
 		}
+	}
+	// A replica started after an override was set applies it from its
+	// first request.
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	if err := l.loadOverrides(ctx); errors.Is(err, errors.ErrUnsupported) {
+		l.noOverrides = true
 	}
 	return l, nil
 }
@@ -364,6 +373,10 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, unt
 		d.failure = "resolver"
 		l.failOver(ctx, d, nil, nil, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", req.Tenant, err))
 		return nil
+	}
+	if !l.noOverrides {
+		l.refreshOverrides(d.Time)
+		cp = l.override(ctx, req.Tenant, cp, d.Time)
 	}
 	d.Plan = cp.plan.Name
 	rs := cp.base
@@ -591,6 +604,9 @@ func (l *Limiter) tenantOp(ctx context.Context, kind storekit.Kind, d *Decision)
 	cp, err := l.resolve(ctx, d.Tenant)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", d.Tenant, err)
+	}
+	if !l.noOverrides {
+		cp = l.override(ctx, d.Tenant, cp, d.Time)
 	}
 	d.Plan = cp.plan.Name
 	op := ops.Get().(*storekit.Op)

@@ -37,6 +37,10 @@ type compiledResolver interface {
 	// knownPlans returns every plan the resolver can give, or nil if it
 	// can not tell; New checks names of plans and budgets against them.
 	knownPlans() []Plan
+
+	// compiledPlan returns the plan called name, or nil if the resolver
+	// has none or can not tell.
+	compiledPlan(name string) *compiledPlan
 }
 
 // SinglePlan returns a PlanResolver that gives every tenant plan p. New
@@ -60,6 +64,13 @@ func (s singlePlan) ResolvePlan(context.Context, string) (Plan, error) {
 
 func (s singlePlan) resolveCompiled(context.Context, string, time.Duration) (*compiledPlan, error) {
 	return s.cp, s.err
+}
+
+func (s singlePlan) compiledPlan(name string) *compiledPlan {
+	if s.err != nil || s.cp.plan.Name != name {
+		return nil
+	}
+	return s.cp
 }
 
 func (s singlePlan) knownPlans() []Plan {
@@ -178,6 +189,8 @@ func (r *StaticResolver) resolveCompiled(_ context.Context, tenant string, _ tim
 }
 
 func (r *StaticResolver) knownPlans() []Plan { return r.order }
+
+func (r *StaticResolver) compiledPlan(name string) *compiledPlan { return r.plans[name] }
 
 // errResolverTimeout is the failure of a lookup that ran past its bound.
 var errResolverTimeout = errors.New("tollgate: the plan resolver did not answer in time")

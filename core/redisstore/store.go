@@ -204,11 +204,21 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 // for a mistake that waiting will not mend, and storekit.ErrInvalid for
 // rules beyond what the Store can compute exactly. If ctx ends first, Do
 // returns at once; an Op already written to Redis may still be applied.
-func (s *Store) Do(ctx context.Context, op *storekit.Op) error {
+func (s *Store) Do(ctx context.Context, op *storekit.Op) (err error) {
 	switch op.Kind {
 	case storekit.Check:
 		return s.check(ctx)
-	case storekit.Take, storekit.Inspect, storekit.Reset, storekit.Cancel:
+	case storekit.SaveOverride, storekit.LoadOverrides:
+		return s.admin(ctx, op)
+	case storekit.Reset:
+		if op.Note != nil {
+			defer func() {
+				if err == nil {
+					err = s.admin(ctx, op)
+				}
+			}()
+		}
+	case storekit.Take, storekit.Inspect, storekit.Cancel:
 	default:
 		return fmt.Errorf("%w: redisstore: unknown Op kind %d", storekit.ErrInvalid, op.Kind)
 	}

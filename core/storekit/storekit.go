@@ -43,7 +43,19 @@ const (
 	// for a store behind a network its address, credentials and
 	// permissions. It touches no tenant.
 	Check
+	// SaveOverride keeps Value as the override of Tenant, replacing any
+	// other, or forgets Tenant's override if Value is nil. Overrides are
+	// the Limiter's (it encodes them); the store keeps them for every
+	// replica that shares it, with no rules.
+	SaveOverride
+	// LoadOverrides reports the store's Version of its overrides and
+	// change log and, if it differs from the Op's, every override
+	// (Overrides) and the latest changes, newest first (Notes).
+	LoadOverrides
 )
+
+// MaxNotes is how many changes a store keeps in its log, the newest.
+const MaxNotes = 100
 
 // A RuleKind says what a Rule limits.
 type RuleKind uint8
@@ -132,6 +144,19 @@ type Op struct {
 	// Mark, for a Cancel, is the Mark of the Take to give back.
 	Mark int64
 
+	// Value, for a SaveOverride, is the tenant's override, or nil.
+	Value []byte
+
+	// Note, if set on a SaveOverride or a Reset, is a change that the
+	// store adds to its change log, dropping the oldest past MaxNotes, in
+	// the same step; every note and every saved override moves the
+	// Version on.
+	Note []byte
+
+	// Version, for a LoadOverrides, is the version of the overrides the
+	// caller holds (0 for none), and then the store's.
+	Version int64
+
 	// ------------------------------------------------------------------
 
 	// Allowed reports whether a Take was granted (now, or after Delay),
@@ -154,6 +179,12 @@ type Op struct {
 	// Latency is the time the store waited on I/O (a Redis round trip),
 	// for the Limiter's observers; 0 for a store that never waits.
 	Latency time.Duration
+
+	// Overrides and Notes, after a LoadOverrides whose Version differed
+	// from the store's, are every override by tenant and the change log,
+	// newest first; both nil otherwise.
+	Overrides map[string][]byte
+	Notes     [][]byte
 }
 
 // RetryAfter returns how long until every rule of a denied Op allows it.
