@@ -23,8 +23,11 @@ var errStoreDown = errors.New("store down")
 type failingStore struct{ calls atomic.Int64 }
 
 func (s *failingStore) Do(_ context.Context, op *storekit.Op) error {
-	if op.Kind == storekit.Check {
+	switch op.Kind {
+	case storekit.Check:
 		return nil
+	case storekit.LoadOverrides, storekit.SaveOverride:
+		return errors.ErrUnsupported
 	}
 	s.calls.Add(1)
 	return errStoreDown

@@ -1,52 +1,68 @@
 package memory
 
-import (
-	"time"
+import "time"
 
-	"github.com/tollgate-go/tollgate/core/internal/tsc"
-)
-
-// maxNow is the latest time a Store can represent, some 285 years after
-// its clock's origin: every TAT, at most a tolerance (< 2^53 µs for a valid
-// limit) past now, then stays below 2^54, the bits a word gives it.
-const maxNow = 1<<54 - 1<<53 - 1
-
-// A clock gives a Store's time in whole microseconds since an origin:
-// tsc's, for the monotonic clock, which every Store shares (and the Limiter
-// reads its time from), or the Store's making for a clock given WithClock.
+// A clock gives the Store's time: token buckets count whole microseconds
+// since an origin, quotas follow the wall clock. The origin falls on a whole
+// microsecond of the wall clock, so that a time in the Store's count is
+// exactly its wall time in microseconds less the origin's, as the reference
+// model counts.
 type clock struct {
-	base time.Time        // the origin, with a monotonic reading
-	test func() time.Time // WithClock's clock, or nil
+	origin time.Time        // with a monotonic reading, unless from a test clock
+	read   func() time.Time // the test clock, or nil for the system clock
 }
 
-func newClock(test func() time.Time) clock {
-	if test != nil {
-		return clock{base: test(), test: test}
+func newClock(read func() time.Time) clock {
+	now := time.Now()
+	if read != nil {
+		now = read()
 	}
-	return clock{base: tsc.Origin()}
+	// Add keeps the monotonic reading, which Truncate would strip.
+	return clock{origin: now.Add(-time.Duration(now.Nanosecond() % 1000)), read: read}
 }
 
-// now reads the clock.
+// now returns the current time in microseconds since the origin: one read
+// of the monotonic clock, the one read a Take makes.
 func (c *clock) now() int64 {
-	if c.test != nil {
-		return c.at(c.test())
+	if c.read != nil {
+		return c.at(c.read())
 	}
-	return monoMicros()
+	return int64(time.Since(c.origin) / time.Microsecond)
 }
 
-// at converts t, which should carry a monotonic reading, to the Store's
-// time. Times before the origin count as its first microsecond.
+// at returns t in microseconds since the origin, rounded down.
 func (c *clock) at(t time.Time) int64 {
-	return clamp(t.Sub(c.base).Microseconds())
+	d := t.Sub(c.origin)
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond < 0 {
+		us--
+	}
+	return us
 }
 
-func clamp(us int64) int64 {
-	return min(max(us, 0), maxNow)
+// wallNow returns the current time with its wall reading, for quotas.
+func (c *clock) wallNow() time.Time {
+	if c.read != nil {
+		return c.read()
+	}
+	return time.Now()
 }
 
-// monoMicros reads the monotonic clock: the runtime's, through the CPU's
-// counter where the kernel keeps its clock on it (package tsc and
-// docs/performance.md tell why and what that costs).
-func monoMicros() int64 {
-	return min(tsc.Micros(), maxNow)
+// opTime returns the time an Op is decided at: its Now if set, or the
+// clock's.
+func (c *clock) opTime(now time.Time) (int64, time.Time) {
+	if now.IsZero() {
+		now = c.wallNow()
+	}
+	return c.at(now), now
+}
+
+// bucketTime returns the time a token bucket is decided at: now in
+// microseconds since the origin, or the clock's current time if now is
+// zero.
+func (c *clock) bucketTime(now time.Time) int64 {
+	if now.IsZero() {
+		return c.now()
+	}
+	return c.at(now)
 }

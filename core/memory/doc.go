@@ -1,45 +1,42 @@
-// Package memory is an in-process tollgate.Store for services that run as a
-// single instance: GCRA buckets held in a sharded hash table whose lookups
-// and updates take no lock.
+// Package memory is the in-process tollgate.Store, for a service that runs
+// as a single instance, or as the fallback of a shared store: every
+// tenant's limits live in the memory of the process.
 //
-// Each bucket is one word, its theoretical arrival time, updated with a
-// compare-and-swap. Buckets that are full again are dropped in the background,
-// which changes no decision, and a hard cap on tracked keys bounds memory
-// against floods of made-up tenant IDs. When the cap is reached, buckets are
-// evicted in order of how little of their burst is spent, so that a flood of
-// new keys does not hand throttled tenants a fresh burst; see WithMaxKeys.
+// # How it decides
 //
-// # Several limits
+// The Store makes the decisions of the reference model in package
+// tollgate/core/storetest, figures included; the conformance kit there
+// checks it. Token buckets are GCRA: a bucket's state is one number, its
+// theoretical arrival time (TAT), in microseconds of the monotonic clock.
+// A quota's state is the tokens used and the end of the period they count
+// in, on the wall clock of the Op's time (storekit.Rule.Period). An Op is
+// decided at its Now, which the Limiter sets with one clock reading; a
+// Take, and an Op without a Now, read the clock once.
 //
-// A Store is also a tollgate.MultiStore: Do decides on every limit of a
-// tenant (a burst rate, daily or monthly quotas, a route's budget) in one
-// atomic step, and reserves, cancels, inspects and resets.
-//
-// A rule's state is one word in the same table as the buckets. The main
-// rule (Sub "") is the bucket Take keeps under the tenant's key. Every
-// other rule has a slot of its own whose stored bytes are the rule's
-// identity (the key, the rule's Sub and, for a quota, its period's start)
-// and whose meta carries a flag no tenant key's lookup has, so that no
-// tenant key, whatever its bytes, reaches another's rule. A quota's word
-// counts the tokens used in its period, a new period being a new slot; the
-// slot also records when its period ends, and the sweeper drops it a minute
-// after that. Rules count against the key cap like buckets, and rank for
-// eviction by the share of their burst, or their quota, that is spent.
-//
-// An Op on the main bucket alone takes no lock, as Take does. An Op that
-// touches another rule holds the tenant's lock (one of a set of mutexes
-// striped by key hash), so that the states of its other rules change under
-// no one else; it reads every state, decides, and writes the main bucket
-// first, by compare-and-swap: if a lock-free Take changed the bucket since
-// it was read, the Op starts over, and nothing is written. Once the main
-// bucket is written the Op is decided, and its other rules are written. So
-// a denied request takes from no rule, and no limit is exceeded however
+// Each tenant's main bucket, the one Take uses (Rule.Name ""), is a word
+// that a request moves by compare-and-swap: a Take, or an Op on the main
+// bucket alone, takes no lock of the tenant's (only a shared read lock to
+// find it). An Op on several rules holds the tenant's lock, so that its
+// other rules change under no one else; it reads every state, decides,
+// and writes the main bucket first, by compare-and-swap: if a lock-free
+// Take moved it meanwhile, the Op decides again, having written nothing.
+// So a denied request takes from no rule, and no limit is exceeded however
 // many goroutines share a tenant.
 //
-// Buckets count time in microseconds of the monotonic clock, read through
-// the CPU's time-stamp counter where the kernel keeps its clock on it (see
-// docs/performance.md for what that costs and saves); quota periods
-// follow the wall clock of the Op's Now (tollgate.Quota.Bounds), so a
-// decision needs one clock reading, which the Limiter makes. A Store made
-// WithClock reads that clock for both.
+// # Bounds
+//
+// A missing bucket and a full one are the same state, and so are a
+// missing quota and one with nothing used in its period: a tenant whose
+// rules are all in that state is dropped by a background sweeper (see
+// WithSweepInterval), which changes no decision.
+//
+// The Store holds at most a fixed number of tenants (WithMaxKeys, a
+// million by default), so that a flood of made-up tenant IDs cannot
+// exhaust memory. Tenants live in shards, plain maps each holding a share
+// of the cap. A new tenant that finds its shard full makes room: idle
+// tenants go first, then, if that is not enough, the tenants with the
+// least of a limit spent, so that a flood does not hand the tenants being
+// throttled a fresh burst. Stats counts evictions. A tenant ID of more
+// than 64 bytes is kept as its SHA-256 digest, so that long IDs cost no
+// more than short ones; IDs of any bytes work and never share a state.
 package memory

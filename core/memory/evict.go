@@ -1,63 +1,158 @@
 package memory
 
-// Eviction ranks buckets by the share of their burst that is spent at the
-// time of the eviction, in classes of 1/classesPerBurst: a bucket one token
-// short of a burst of 20 is in class 2, an empty one in class 40. Buckets
-// with a request denied since their last allowed one rank above all others,
-// by the same share.
-const (
-	classesPerBurst = 40
-	shareClasses    = 64 // the last also holds every share above 63/40
-	numClasses      = 2 * shareClasses
+import (
+	"time"
 
-	// protectedClass and up are buckets estimated at two fifths spent or
-	// more, or throttled. The estimate is low by less than a fifth, so
-	// every bucket with half or more of its burst spent is among them.
-	protectedClass = 16
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
-// A quota's slot ranks by the share of its period's tokens used.
-func classOf(m uint64, w, now int64) int {
-	c := min(int(spentOf(m, w, now)*classesPerBurst), shareClasses-1)
-	if w&throttledBit != 0 {
-		c += shareClasses
+// idleLocked reports whether every rule of tn, whose main bucket's TAT is
+// tat, is idle at t (wall, for quotas); dropping it changes no decision.
+// tn.mu is held.
+func (tn *tenant) idleLocked(tat, t, wall int64) bool {
+	if tat > t {
+		return false
 	}
-	return c
+	if tn.others != nil {
+		for i := range *tn.others {
+			if !(*tn.others)[i].idle(t, wall) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
-// reclaim makes room in a shard at its cap; sh.mu is held. It drops the
-// buckets that are full at now (which changes no decision). If that frees
-// less than an eighth of the cap, it evicts buckets, least spent first, up
-// to that eighth; but it evicts a protected bucket only when the shard holds
-// no other. It returns how many buckets it evicted and how many of those
-// were protected. It frees at least one slot.
-func (sh *shard) reclaim(now int64) (evicted, drained int) {
-	t := sh.table.Load()
+// Eviction ranks tenants by the share of their most spent rule, in classes
+// of a fortieth: a bucket one token short of a burst of 20 is in class 2,
+// an empty one in class 40, one with reservations beyond may go higher.
+// Tenants in protectedClass and up, two fifths spent or more, are evicted
+// only when their shard holds no other.
+const (
+	classesPerLimit = 40
+	numClasses      = 64
+	protectedClass  = 16
+)
+
+func shareClass(spent, size int64) int {
+	if spent <= 0 || size <= 0 {
+		return 0
+	}
+	return int(min(spent, 2*size) * classesPerLimit / size)
+}
+
+// classLocked returns tn's eviction class at t (wall, for quotas). tn.mu is
+// held.
+func (tn *tenant) classLocked(tat, t, wall int64) int {
+	c := shareClass(tat-t, tn.tol.Load())
+	if tn.others != nil {
+		for i := range *tn.others {
+			r := &(*tn.others)[i]
+			switch {
+			case r.kind == storekit.Bucket:
+				c = max(c, shareClass(r.tat-t, r.size))
+			case r.end > wall:
+				c = max(c, shareClass(r.used, r.size))
+			}
+		}
+	}
+	return min(c, numClasses-1)
+}
+
+// killIdle marks tn dead if every rule of it is idle at t (wall, for
+// quotas), and returns whether it did and, if not, tn's eviction class.
+// sh.mu is held for writing: the caller takes tn out of sh.
+func killIdle(tn *tenant, t, wall int64) (killed bool, class int) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	tat := tn.tat.Load()
+	// The compare-and-swap fails if a Take landed since the load.
+	if tn.idleLocked(tat, t, wall) && tn.tat.CompareAndSwap(tat, deadTAT) {
+		return true, 0
+	}
+	return false, tn.classLocked(tn.tat.Load(), t, wall)
+}
+
+// killUpTo marks tn dead if its eviction class is at most limit, and
+// returns its class and whether it did. sh.mu is held for writing.
+func killUpTo(tn *tenant, limit int, t, wall int64) (int, bool) {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	tat := tn.tat.Load()
+	c := tn.classLocked(tat, t, wall)
+	// A Take that lands meanwhile only raises the class, or makes the
+	// compare-and-swap fail.
+	return c, c <= limit && tn.tat.CompareAndSwap(tat, deadTAT)
+}
+
+// now returns the current time for the sweeper and for making room: in the
+// Store's microseconds, and in Unix microseconds for quotas.
+func (tb *table) now() (t, wall int64) {
+	now := tb.clock.wallNow()
+	return tb.clock.at(now), now.UnixMicro()
+}
+
+// sweep drops every tenant whose rules are all idle and returns how many it
+// dropped. It changes no decision.
+func (tb *table) sweep() int {
+	t, wall := tb.now()
+	dropped := 0
+	for i := range tb.shards {
+		sh := &tb.shards[i].shard
+		sh.mu.Lock()
+		sh.scan(func(tn *tenant) (bool, bool) {
+			// Most tenants still being limited are skipped here,
+			// without their lock.
+			if tn.tat.Load() > t {
+				return false, false
+			}
+			killed, _ := killIdle(tn, t, wall)
+			if killed {
+				dropped++
+			}
+			return killed, false
+		})
+		sh.mu.Unlock()
+	}
+	return dropped
+}
+
+// sweepEvery sweeps every d until stop is closed.
+func (tb *table) sweepEvery(d time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			tb.sweep()
+		}
+	}
+}
+
+// reclaim makes room in sh, which is at its cap; sh.mu is held for
+// writing. It drops the idle tenants; if that frees less than an eighth of
+// the shard, it evicts tenants by class, least spent first, up to that
+// eighth, protected ones only if nothing else is left. It frees at least
+// one place.
+func (tb *table) reclaim(sh *shard) {
+	t, wall := tb.now()
 	want := max(1, sh.cap/8)
 	var classes [numClasses]int
 	dropped := 0
-	for i := range t.slots {
-		sl := &t.slots[i]
-		m := sl.meta.Load()
-		if m == 0 {
-			continue
+	sh.scan(func(tn *tenant) (bool, bool) {
+		killed, c := killIdle(tn, t, wall)
+		if killed {
+			dropped++
+		} else {
+			classes[c]++
 		}
-		w := sl.word.Load()
-		if w >= 0 && t.expired(m, w, now) {
-			if sl.word.CompareAndSwap(w, deadWord) {
-				dropped++
-				continue
-			}
-			w = sl.word.Load() // a Take landed first: the bucket is not full
-		}
-		if w >= 0 {
-			classes[classOf(m, w, now)]++
-		}
-	}
-	sh.live -= dropped
+		return killed, false
+	})
 	n := want - dropped
 	if n <= 0 {
-		return 0, 0
+		return
 	}
 	unprotected := 0
 	for _, c := range classes[:protectedClass] {
@@ -66,10 +161,7 @@ func (sh *shard) reclaim(now int64) (evicted, drained int) {
 	if unprotected > 0 {
 		n = min(n, unprotected)
 	}
-	// Evict every bucket below class last, and atLast of the count of
-	// class last, spread evenly over the table: evicting those first in
-	// slot order would leave the survivors bunched at the end of the
-	// table, in long runs that every probe would have to walk.
+	// Evict every tenant below class last, and atLast of class last.
 	last, atLast := numClasses-1, n
 	for c, count := range classes {
 		if count >= atLast {
@@ -78,60 +170,31 @@ func (sh *shard) reclaim(now int64) (evicted, drained int) {
 		}
 		atLast -= count
 	}
-	spread := 0 // Bresenham's accumulator: atLast of every classes[last]
-	for i := range t.slots {
-		if evicted == n {
-			break
-		}
-		sl := &t.slots[i]
-		m := sl.meta.Load()
-		if m == 0 {
-			continue
-		}
-		w := sl.word.Load()
-		if w < 0 {
-			continue
-		}
-		c := classOf(m, w, now)
-		if c == last {
-			if spread += atLast; spread < classes[last] {
-				continue
+	evicted, drained := 0, 0
+	evict := func(tn *tenant, limit int) (drop, stop bool) {
+		c, killed := killUpTo(tn, limit, t, wall)
+		if killed {
+			evicted++
+			if c >= protectedClass {
+				drained++
 			}
-			spread -= classes[last]
-		}
-		// Takes that land meanwhile only raise a bucket's class.
-		for c <= last {
-			if sl.word.CompareAndSwap(w, deadWord) {
-				evicted++
-				if c >= protectedClass {
-					drained++
-				}
-				break
+			if c == last {
+				atLast--
 			}
-			if w = sl.word.Load(); w < 0 {
-				break
-			}
-			c = classOf(m, w, now)
 		}
+		return killed, evicted == n
 	}
-	if evicted == 0 && dropped == 0 {
-		// Every candidate was taken from meanwhile; evict whatever is
-		// first, so that the cap holds.
-		for i := range t.slots {
-			sl := &t.slots[i]
-			m := sl.meta.Load()
-			if m == 0 {
-				continue
-			}
-			if w := sl.word.Load(); w >= 0 && sl.word.CompareAndSwap(w, deadWord) {
-				evicted++
-				if classOf(m, w, now) >= protectedClass {
-					drained++
-				}
-				break
-			}
+	sh.scan(func(tn *tenant) (bool, bool) {
+		if atLast > 0 {
+			return evict(tn, last)
 		}
+		return evict(tn, last-1)
+	})
+	// Every candidate was taken from meanwhile: evict whichever comes
+	// first, so that the cap holds.
+	for evicted == 0 && dropped == 0 {
+		sh.scan(func(tn *tenant) (bool, bool) { return evict(tn, numClasses) })
 	}
-	sh.live -= evicted
-	return evicted, drained
+	tb.evictions.Add(uint64(evicted))
+	tb.drained.Add(uint64(drained))
 }

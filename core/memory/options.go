@@ -4,22 +4,21 @@ import (
 	"fmt"
 	"time"
 
-	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
-// DefaultMaxKeys is the number of buckets a Store tracks unless WithMaxKeys
-// says otherwise. A bucket takes about 50 bytes plus its key's length (63
-// bytes for a 13-byte key; see docs/performance.md), so the default bounds a
-// Store to some 60 to 100 MB.
+// DefaultMaxKeys is the number of tenants a Store holds unless WithMaxKeys
+// says otherwise.
 const DefaultMaxKeys = 1_000_000
 
-// DefaultSweepInterval is how often a Store drops buckets that are full again
-// unless WithSweepInterval says otherwise.
+// DefaultSweepInterval is how often a Store drops the tenants whose limits
+// are all full again, unless WithSweepInterval says otherwise.
 const DefaultSweepInterval = 30 * time.Second
 
-// An Option configures a Store. An invalid Option does not make New fail
-// (New returns no error); it makes Check and every Take return an error that
-// names it.
+// An Option configures a Store. Options may come in any order. An invalid
+// Option does not make New fail (New returns no error): it makes every Do
+// and Take of the Store return an error that names it, and a Check Op (which
+// tollgate.New makes) report it.
 type Option func(*config)
 
 type config struct {
@@ -32,20 +31,13 @@ type config struct {
 // fail records the first invalid option.
 func (c *config) fail(format string, args ...any) {
 	if c.err == nil {
-		c.err = &optionError{fmt.Sprintf(format, args...)}
+		c.err = fmt.Errorf("%w: "+format, append([]any{storekit.ErrMisconfigured}, args...)...)
 	}
 }
 
-// An optionError names an invalid option. It wraps
-// tollgate.ErrMisconfigured, on which tollgate.New fails.
-type optionError struct{ msg string }
-
-func (e *optionError) Error() string { return e.msg }
-func (e *optionError) Unwrap() error { return tollgate.ErrMisconfigured }
-
-// WithClock makes the Store read its time from now instead of the monotonic
-// clock. It is meant for tests, with a clock that only moves when told; now
-// must not be nil.
+// WithClock makes the Store read its time from now instead of the system
+// clock, for tests with a clock that moves only when told to. An Op whose
+// Now is set is decided at that time all the same. now must not be nil.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {
@@ -56,16 +48,16 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithMaxKeys caps the number of buckets the Store tracks; n must be >= 1.
+// WithMaxKeys caps the number of tenants the Store holds; n must be >= 1.
 //
-// When a new key arrives at the cap, buckets that are full again go first
-// (dropping them changes no decision). If that is not enough, buckets are
-// evicted in order of the share of their burst that is spent, least first,
-// an eighth of the cap at a time: the tenants closest to full lose the
-// least. A bucket with half or more of its burst spent, which includes every
-// tenant being throttled, is evicted only when its part of the Store holds
-// nothing else. Evictions are counted in Stats; an evicted key starts again
-// from a full bucket.
+// A new tenant that arrives at the cap makes room: first the tenants whose
+// limits are all full again go (which changes no decision); if that frees
+// less than an eighth of the part of the Store the new tenant falls in,
+// tenants are evicted, those with the least of a limit spent first, up to
+// that eighth. A tenant with two fifths or more of a limit spent, which
+// includes every tenant being throttled, is evicted only when its part of
+// the Store holds no other. An evicted tenant starts again with its limits
+// full; Stats counts evictions.
 func WithMaxKeys(n int) Option {
 	return func(c *config) {
 		if n < 1 {
@@ -76,9 +68,9 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// WithSweepInterval sets how often a background goroutine drops the buckets
-// that are full again; d <= 0 turns the goroutine off, leaving sweeps to
-// happen only as tables grow.
+// WithSweepInterval sets how often a background goroutine drops the tenants
+// whose limits are all full again; d <= 0 turns the goroutine off, and
+// tenants are then dropped only when the Store reaches its cap.
 func WithSweepInterval(d time.Duration) Option {
 	return func(c *config) { c.sweepInterval = d }
 }
