@@ -15,9 +15,10 @@
 //
 // Each tenant's main bucket, the one Take uses (Rule.Name ""), is a word
 // that a request moves by compare-and-swap: a Take, or an Op on the main
-// bucket alone, takes no lock of the tenant's (only a shared read lock to
-// find it). An Op on several rules holds the tenant's lock, so that its
-// other rules change under no one else; it reads every state, decides,
+// bucket alone, takes no lock of the tenant's, only a shared read lock to
+// find it, and not even that for a tenant whose requests arrive on several
+// cores at once. An Op on several rules holds the tenant's lock, so that
+// its other rules change under no one else; it reads every state, decides,
 // and writes the main bucket first, by compare-and-swap: if a lock-free
 // Take moved it meanwhile, the Op decides again, having written nothing.
 // So a denied request takes from no rule, and no limit is exceeded however

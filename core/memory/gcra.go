@@ -48,8 +48,8 @@ func bucketResult(tat, t int64, r *storekit.Rule, cost int64, granted bool) (sto
 func usec(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
 
 // takeBucket decides on a request of cost from the main bucket of tenant
-// under r at t, lock-free: the path of Take, and of an Op on the main bucket
-// alone. A take (take is false for an Inspect) is granted if it fits now or
+// under r at t, without the tenant's lock: the path of Take, and of an Op
+// on the main bucket alone. A take (take is false for an Inspect) is granted if it fits now or
 // within maxDelay microseconds, and moves the bucket's TAT by
 // compare-and-swap, trying again if another request moved it first. It
 // returns the bucket's result, whether the request is (or would be)
@@ -81,6 +81,13 @@ func (tb *table) takeBucket(tenant string, r *storekit.Rule, cost, maxDelay, t i
 			tn.noteTolerance(r.Tolerance())
 			res, _ = bucketResult(tat, t, r, cost, true)
 			return res, true, max(wait, 0)
+		}
+		// Another request moved the bucket first: the tenant is taken
+		// from on several cores at once. (One dropped meanwhile may
+		// stay remembered until another takes its place; find skips
+		// it.)
+		if k.sh.hot.Load() != tn && tn.tat.Load() != deadTAT {
+			k.sh.hot.Store(tn)
 		}
 	}
 }

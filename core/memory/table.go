@@ -22,8 +22,9 @@ import (
 //
 // Plain maps rather than a sync.Map: they hold a tenant in less memory and
 // find it among many in fewer cache misses. The price is the read lock,
-// whose count the requests of one tenant, arriving on several cores at
-// once, contend for.
+// whose count the requests of one busy tenant, arriving on several cores
+// at once, would pass from core to core: a shard remembers such a tenant
+// (hot) and finds it without the lock.
 type table struct {
 	seed      maphash.Seed
 	hashMask  uint64 // all ones; tests narrow it to make IDs share hashes
@@ -39,6 +40,11 @@ type shard struct {
 	m   map[uint64]*tenant // by the hash of the ID
 	n   int                // tenants held
 	cap int
+
+	// hot is a tenant that requests on several cores take from at once
+	// (see takeBucket), which they find without the read lock: the
+	// lock's count would pass from core to core on every request.
+	hot atomic.Pointer[tenant]
 }
 
 // paddedShard keeps each shard's lock on a cache line of its own, so that
@@ -176,6 +182,9 @@ func (k *lookup) get() *tenant {
 
 // find returns k's tenant, or nil.
 func (k *lookup) find() *tenant {
+	if tn := k.sh.hot.Load(); tn != nil && k.is(tn) && tn.tat.Load() != deadTAT {
+		return tn
+	}
 	k.sh.mu.RLock()
 	tn := k.get()
 	k.sh.mu.RUnlock()
@@ -225,6 +234,7 @@ func (tb *table) remove(k *lookup) {
 // unlink takes tn, which follows prev (nil if it is the first) in the
 // chain of hash h, out of sh. sh.mu is held for writing.
 func (sh *shard) unlink(h uint64, prev, tn *tenant) {
+	sh.hot.CompareAndSwap(tn, nil)
 	switch {
 	case prev != nil:
 		prev.next = tn.next

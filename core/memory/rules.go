@@ -1,0 +1,286 @@
+package memory
+
+import (
+	"time"
+
+	"github.com/tollgate-go/tollgate/core/storekit"
+)
+
+// An opState is an Op's working copy of one rule's state: the Op decides
+// on copies and writes them back only once it is sure to stand.
+type opState struct {
+	ruleState
+	from    int // where the state came from: mainState, newState, or its index in tenant.others
+	changed bool
+}
+
+const (
+	mainState = -1
+	newState  = -2
+)
+
+// inlineRules is how many rules an Op may have before its working copies
+// need an allocation; plans rarely have more.
+const inlineRules = 8
+
+// doRules applies op, of any kind but Check, to the rules of its tenant,
+// as the reference model does. It holds the tenant's lock, so that no
+// other Op changes the tenant's other rules meanwhile; a lock-free Take of
+// the main bucket may still land, which the compare-and-swap of the main
+// bucket's TAT detects: the Op then decides again.
+func (tb *table) doRules(op *storekit.Op) {
+	t, now := tb.clock.opTime(op.Now)
+	var k lookup
+	tb.lookup(op.Tenant, &k)
+	if op.Kind == storekit.Reset {
+		tb.remove(&k)
+	}
+	for {
+		tn := k.find()
+		if tn == nil && op.Kind == storekit.Take {
+			tn = tb.insert(&k)
+		}
+		if tn != nil {
+			tn.mu.Lock()
+			if tn.tat.Load() == deadTAT {
+				tn.mu.Unlock()
+				continue
+			}
+		}
+		done := apply(tn, op, t, now)
+		if tn != nil {
+			tn.mu.Unlock()
+		}
+		if done {
+			return
+		}
+	}
+}
+
+// A workingSet is an Op's copies of the states of its rules: the state of
+// rule i is states[index[i]], one copy for rules that name the same state.
+type workingSet struct {
+	states []opState
+	index  []int
+}
+
+func (w *workingSet) of(i int) *opState { return &w.states[w.index[i]] }
+
+// apply decides op on tn (nil for a tenant the Store does not hold) at t,
+// as the reference model does, and writes the states back. It reports
+// false, having written nothing, if a lock-free Take moved the main bucket
+// since apply read it. tn.mu is held.
+func apply(tn *tenant, op *storekit.Op, t int64, now time.Time) bool {
+	wall := now.UnixMicro()
+	mainTAT := int64(fullTAT)
+	if tn != nil {
+		mainTAT = tn.tat.Load()
+	}
+	var inline [inlineRules]opState
+	var inlineIndex [inlineRules]int
+	states, index := inline[:0], inlineIndex[:0]
+	if len(op.Rules) > inlineRules {
+		states, index = make([]opState, 0, len(op.Rules)), make([]int, 0, len(op.Rules))
+	}
+	w := loadStates(states, index, tn, op.Rules, mainTAT, now, wall)
+
+	cost := max(op.Cost, 1)
+	if op.Kind == storekit.Cancel && t < op.Mark {
+		w.giveBack(op.Rules, cost, t)
+	}
+	maxDelay := int64(0)
+	if op.Kind == storekit.Take {
+		maxDelay = max(op.MaxDelay, 0).Microseconds()
+	}
+	allowed, delay := w.decide(op.Rules, cost, maxDelay, t)
+	granted := op.Kind == storekit.Take && allowed
+	op.Results = op.Results[:0]
+	for i := range op.Rules {
+		op.Results = append(op.Results, w.settle(i, &op.Rules[i], cost, t, now, granted))
+	}
+	if tn != nil && !commit(tn, w.states, mainTAT, t, wall) {
+		return false
+	}
+	op.Allowed, op.Delay = false, 0
+	if op.Kind == storekit.Take || op.Kind == storekit.Inspect {
+		op.Allowed = allowed
+		if allowed {
+			op.Delay = usec(delay)
+		}
+	}
+	if granted {
+		op.Mark = t + delay
+	}
+	return true
+}
+
+// loadStates copies the states of rules from tn into states and index,
+// which it returns as a workingSet.
+func loadStates(states []opState, index []int, tn *tenant, rules []storekit.Rule, mainTAT int64, now time.Time, wall int64) workingSet {
+	for i := range rules {
+		r := &rules[i]
+		j := 0
+		for j < i && (rules[j].Name != r.Name || rules[j].Kind != r.Kind) {
+			j++
+		}
+		if j < i {
+			index = append(index, index[j])
+			continue
+		}
+		index = append(index, len(states))
+		states = append(states, load(tn, r, mainTAT, now, wall))
+	}
+	return workingSet{states, index}
+}
+
+// giveBack gives back what a reservation of cost took from rules, which
+// has not come due at t.
+func (w *workingSet) giveBack(rules []storekit.Rule, cost, t int64) {
+	for i := range rules {
+		r, s := &rules[i], w.of(i)
+		if r.Kind == storekit.Quota {
+			s.used = max(s.used-cost, 0)
+		} else {
+			s.tat = max(s.tat-cost*r.Interval, t)
+		}
+		s.changed = true
+	}
+}
+
+// decide reports whether every rule allows a request of cost at t, its
+// buckets within maxDelay, and how long the request must wait for its
+// slowest bucket.
+func (w *workingSet) decide(rules []storekit.Rule, cost, maxDelay, t int64) (allowed bool, delay int64) {
+	allowed = true
+	for i := range rules {
+		r, s := &rules[i], w.of(i)
+		if r.Kind == storekit.Quota {
+			allowed = allowed && s.used+cost <= r.Burst
+			continue
+		}
+		if wait := bucketWait(s.tat, t, r, cost); wait > 0 {
+			delay = max(delay, wait)
+			allowed = allowed && wait <= maxDelay
+		}
+	}
+	return allowed, delay
+}
+
+// settle takes a granted request of cost from rule i, r, and returns the
+// rule's result.
+func (w *workingSet) settle(i int, r *storekit.Rule, cost, t int64, now time.Time, granted bool) storekit.Result {
+	s := w.of(i)
+	if r.Kind == storekit.Bucket {
+		var res storekit.Result
+		res, s.tat = bucketResult(s.tat, t, r, cost, granted)
+		s.changed = s.changed || granted
+		return res
+	}
+	if granted {
+		// The count moves to the period the request falls in: a
+		// tenant whose calendar changed keeps what it used.
+		s.used += cost
+		s.end = periodEnd(r, now)
+		s.changed = true
+	}
+	return quotaResult(&s.ruleState, r, cost, now.UnixMicro(), granted)
+}
+
+// load returns a working copy of the state of tn's rule r (tn may be nil),
+// a quota's count reset if its period has ended.
+func load(tn *tenant, r *storekit.Rule, mainTAT int64, now time.Time, wall int64) opState {
+	s := opState{ruleState: ruleState{name: r.Name, kind: r.Kind, tat: fullTAT}, from: newState}
+	switch {
+	case r.Kind == storekit.Bucket && r.Name == "":
+		s.tat, s.from = mainTAT, mainState
+	case tn != nil && tn.others != nil:
+		for i, o := range *tn.others {
+			if o.name == r.Name && o.kind == r.Kind {
+				s.ruleState, s.from = o, i
+				break
+			}
+		}
+	}
+	if r.Kind == storekit.Quota && s.end <= wall {
+		s.used, s.end = 0, periodEnd(r, now)
+	}
+	if r.Kind == storekit.Quota {
+		s.size = r.Burst
+	} else {
+		s.size = r.Tolerance()
+	}
+	return s
+}
+
+// commit writes the changed states back to tn: the main bucket first, by
+// compare-and-swap from mainTAT, which fails if a lock-free Take moved it;
+// then the others, of which it keeps only those that are not idle. tn.mu
+// is held.
+func commit(tn *tenant, states []opState, mainTAT, t, wall int64) bool {
+	changed := false
+	for i := range states {
+		changed = changed || states[i].changed
+	}
+	if !changed {
+		return true
+	}
+	for i := range states {
+		if s := &states[i]; s.changed && s.from == mainState {
+			if !tn.tat.CompareAndSwap(mainTAT, s.tat) {
+				return false
+			}
+			tn.noteTolerance(s.size)
+		}
+	}
+	var others []ruleState
+	if tn.others != nil {
+		others = *tn.others
+	}
+	for i := range states {
+		switch s := &states[i]; {
+		case !s.changed || s.from == mainState:
+		case s.from == newState:
+			others = append(others, s.ruleState)
+		default:
+			others[s.from] = s.ruleState
+		}
+	}
+	kept := others[:0]
+	for _, o := range others {
+		if !o.idle(t, wall) {
+			kept = append(kept, o)
+		}
+	}
+	switch {
+	case len(kept) == 0:
+		tn.others = nil
+	case tn.others == nil:
+		tn.others = new([]ruleState)
+		fallthrough
+	default:
+		*tn.others = kept
+	}
+	return true
+}
+
+// quotaResult returns the result of a request of cost on the quota state s
+// of rule r, at wall.
+func quotaResult(s *ruleState, r *storekit.Rule, cost, wall int64, granted bool) storekit.Result {
+	left := usec(s.end - wall)
+	over := s.used+cost > r.Burst
+	res := storekit.Result{Allowed: granted || !over, Remaining: max(r.Burst-s.used, 0)}
+	if !granted && over {
+		res.RetryAfter = left
+	}
+	if s.used > 0 {
+		res.ResetAfter = left
+	}
+	return res
+}
+
+// periodEnd returns the end of the period of quota r that holds now, in
+// Unix microseconds.
+func periodEnd(r *storekit.Rule, now time.Time) int64 {
+	_, end := r.Period(now)
+	return end.UnixMicro()
+}
