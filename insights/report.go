@@ -280,6 +280,12 @@ func holds(p tollgate.Plan, perSecond, perMinute int64) bool {
 	return b+r >= float64(perSecond) && b+60*r >= float64(perMinute)
 }
 
+// Shown returns a name (a tenant ID, a plan, a route) as a Candidate shows
+// it: as it is, or quoted as strconv.QuoteToGraphic quotes it if it holds
+// invalid UTF-8 or a rune that is not graphic, or starts with a double
+// quote. Other pages that list tenants show them by the same rule.
+func Shown(s string) string { return shown(s) }
+
 // shown returns a name as a Candidate shows it: as it is, or quoted if it
 // holds invalid UTF-8 or a rune that is not graphic, or starts with a
 // double quote, which a name shown as it is never does. So no two names

@@ -39,11 +39,11 @@ type (
 	candidates struct {
 		Window     string `json:"window"`
 		Candidates []struct {
-			Tenant          string `json:"tenant"`
-			Plan            string `json:"plan"`
-			Requests        int64  `json:"requests"`
-			Throttled       int64  `json:"throttled"`
-			ThrottledTokens int64  `json:"throttled_tokens"`
+			Tenant            string `json:"tenant"`
+			Plan              string `json:"plan"`
+			Requests          int64  `json:"requests"`
+			ThrottledRequests int64  `json:"throttled_requests"`
+			ThrottledTokens   int64  `json:"throttled_tokens"`
 		} `json:"candidates"`
 	}
 )
@@ -163,7 +163,7 @@ func top(ctx context.Context, c *client, p printer, window string, n int) error 
 		}
 		fmt.Fprintf(w, "tenant\tplan\tthrottled tokens\tthrottled requests\trequests\n")
 		for _, cd := range cs.Candidates {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\n", display(cd.Tenant), cd.Plan, cd.ThrottledTokens, cd.Throttled, cd.Requests)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\n", display(cd.Tenant), cd.Plan, cd.ThrottledTokens, cd.ThrottledRequests, cd.Requests)
 		}
 	})
 }

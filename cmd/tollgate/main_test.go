@@ -146,3 +146,20 @@ func TestHumanAndJSONOutput(t *testing.T) {
 		t.Errorf("--json output %q: %v", out, err)
 	}
 }
+
+// TestTopReadsTheCandidates: top shows the candidates of the admin API's
+// GET candidates, the insights Report, in its ranking.
+func TestTopReadsTheCandidates(t *testing.T) {
+	report := `{"window":"1h","candidates":[` +
+		`{"tenant":"initech","plan":"startup","requests":130,"throttled_requests":4,"throttled_tokens":40},` +
+		`{"tenant":"hooli","plan":"free","requests":40,"throttled_requests":20,"throttled_tokens":20}]}`
+	code, out, stderr := runWith(t, &fakeAPI{status: 200, body: report}, nil, "top", "--window", "1h")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || strings.Join(strings.Fields(lines[1]), " ") != "initech startup 40 4 130" ||
+		strings.Join(strings.Fields(lines[2]), " ") != "hooli free 20 20 40" {
+		t.Fatalf("top printed:\n%s", out)
+	}
+}

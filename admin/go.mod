@@ -1,0 +1,28 @@
+module github.com/tollgate-go/tollgate/admin
+
+go 1.26.0
+
+replace github.com/tollgate-go/tollgate/core => ../core
+
+replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
+
+replace github.com/tollgate-go/tollgate/insights => ../insights
+
+replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
+
+require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/tollgate-go/tollgate/core v0.0.0
+	github.com/tollgate-go/tollgate/core/redisstore v0.0.0
+	github.com/tollgate-go/tollgate/insights v0.0.0
+	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
