@@ -105,10 +105,20 @@ func (l *Limiter) Apply(ctx context.Context, c Change) error {
 		if !c.Override.ExpiresAt.IsZero() && !c.Override.ExpiresAt.After(c.Time) {
 			return fmt.Errorf("%w: the override expired at %v, before it was set", ErrInvalidLimit, c.Override.ExpiresAt)
 		}
-		if _, err := l.overridden(&activeOverride{change: c}, nil); err != nil {
+		var base *compiledPlan
+		if c.Override.Plan == "" {
+			// Figures alone apply to the tenant's own plan: they must
+			// name its policies.
+			cp, err := l.resolve(ctx, c.Tenant)
+			if err != nil {
+				return fmt.Errorf("tollgate: Apply: resolving the plan of tenant %q: %w", c.Tenant, err)
+			}
+			base = cp
+		}
+		if _, err := l.overridden(&activeOverride{change: c}, base); err != nil {
 			return err
 		}
-		value, err := json.Marshal(c)
+		value, err := encodeChange(c)
 		if err != nil {
 			return err
 		}
@@ -126,7 +136,7 @@ func (l *Limiter) Apply(ctx context.Context, c Change) error {
 	default:
 		return fmt.Errorf("tollgate: Apply: unknown action %q; want override, clear or reset", truncate(c.Action, 40))
 	}
-	note, err := json.Marshal(c)
+	note, err := encodeChange(c)
 	if err != nil {
 		return err
 	}
@@ -197,8 +207,8 @@ func (l *Limiter) loadOverrides(ctx context.Context) error {
 	}
 	next := &overrideState{version: op.Version, tenants: make(map[string]*activeOverride, len(op.Overrides))}
 	for tenant, value := range op.Overrides {
-		var c Change
-		if err := json.Unmarshal(value, &c); err != nil {
+		c, err := decodeChange(value)
+		if err != nil {
 			l.mistake(ctx, "override:"+tenant, "rate limiter override unreadable: ignored", slog.String("tenant_id", tenant), slog.String("error", err.Error()))
 			continue
 		}
@@ -209,8 +219,7 @@ func (l *Limiter) loadOverrides(ctx context.Context) error {
 		next.tenants[tenant] = ao
 	}
 	for _, n := range op.Notes {
-		var c Change
-		if json.Unmarshal(n, &c) == nil {
+		if c, err := decodeChange(n); err == nil {
 			next.changes = append(next.changes, c)
 		}
 	}
@@ -308,8 +317,8 @@ func (l *Limiter) overridden(ao *activeOverride, base *compiledPlan) (*compiledP
 // checkLimits reports whether limits are figures an override may give.
 func checkLimits(limits []Policy) error {
 	for i, lim := range limits {
-		if lim.Name == "" {
-			return fmt.Errorf("%w: Limits[%d]: Name must name the policy to change", ErrInvalidLimit, i)
+		if !validName(lim.Name) {
+			return fmt.Errorf("%w: Limits[%d]: Name must name the policy to change, got %q", ErrInvalidLimit, i, truncate(lim.Name, 80))
 		}
 		if (lim.Limit == Limit{}) == (lim.Quota.Tokens == 0) {
 			return fmt.Errorf("%w: Limits[%d]: give either a Limit or a Quota's Tokens", ErrInvalidLimit, i)
@@ -323,4 +332,37 @@ func checkLimits(limits []Policy) error {
 		}
 	}
 	return nil
+}
+
+// A storedChange is a Change as stores keep it: JSON, with the tenant ID
+// in base64, since JSON strings hold only valid UTF-8 and a tenant ID may
+// be any bytes.
+type storedChange struct {
+	Tenant []byte `json:"tenant"`
+	Change Change `json:"change"`
+}
+
+func encodeChange(c Change) ([]byte, error) {
+	tenant := []byte(c.Tenant)
+	c.Tenant = ""
+	return json.Marshal(storedChange{Tenant: tenant, Change: c})
+}
+
+func decodeChange(b []byte) (Change, error) {
+	var s storedChange
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Change{}, err
+	}
+	s.Change.Tenant = string(s.Tenant)
+	return s.Change, nil
+}
+
+// Plans returns the plans the Limiter's resolver can give, for an
+// operator to choose from, or nil if it can not tell (a CachingResolver, a
+// resolver of the application's own).
+func (l *Limiter) Plans() []Plan {
+	if l == nil || l.compiledPlans == nil {
+		return nil
+	}
+	return slices.Clone(l.compiledPlans.knownPlans())
 }

@@ -26,6 +26,7 @@ type Store struct {
 	err     error  // why tb is nil, for a Store made by New
 	stopper *stopper
 	rules   ruleCache
+	journal storekit.Journal // overrides and the change log
 }
 
 var (
@@ -84,7 +85,12 @@ func (s *Store) Do(_ context.Context, op *storekit.Op) error {
 	switch op.Kind {
 	case storekit.Check:
 		return nil
-	case storekit.Take, storekit.Inspect, storekit.Reset, storekit.Cancel:
+	case storekit.SaveOverride, storekit.LoadOverrides:
+		s.journal.Do(op)
+		return nil
+	case storekit.Reset:
+		s.journal.Do(op)
+	case storekit.Take, storekit.Inspect, storekit.Cancel:
 	default:
 		return fmt.Errorf("%w: memory: unknown Op kind %d", storekit.ErrInvalid, op.Kind)
 	}

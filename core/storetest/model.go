@@ -43,6 +43,8 @@ import (
 // concurrent use.
 type Model struct {
 	tenants map[string]map[string]*modelState
+
+	journal storekit.Journal // overrides and the change log
 }
 
 type modelState struct {
@@ -62,8 +64,12 @@ func (m *Model) Do(op *storekit.Op, now time.Time) {
 	switch op.Kind {
 	case storekit.Check:
 		return
+	case storekit.SaveOverride, storekit.LoadOverrides:
+		m.journal.Do(op)
+		return
 	case storekit.Reset:
 		delete(m.tenants, op.Tenant)
+		m.journal.Do(op)
 	}
 	states := m.tenants[op.Tenant]
 	if states == nil {
