@@ -125,12 +125,11 @@ func (c *CachingResolver) resolveCompiled(ctx context.Context, tenant string, bo
 }
 
 // learn caches the answer of a lookup.
-func (c *CachingResolver) learn(tenant string, f *flight) {
+func (c *CachingResolver) learn(tenant string, p Plan, err error) {
 	now := c.now()
-	err := f.err
 	if err == nil {
 		var cp *compiledPlan
-		if cp, err = c.compiled.get(&f.plan); err == nil {
+		if cp, err = c.compiled.get(&p); err == nil {
 			c.store(tenant, &cacheEntry{cp: cp, expires: now.Add(c.ttl)})
 			return
 		}

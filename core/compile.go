@@ -35,7 +35,8 @@ type ruleSet struct {
 	plan     string
 	policies []Policy // with their names filled in
 	rules    []storekit.Rule
-	maxCost  int64 // the smallest capacity of its policies
+	maxCost  int64           // the smallest capacity of its policies, slots apart
+	inFlight []storekit.Rule // its InFlight rules, which hold a slot per request
 
 	// memo holds what the HTTP layer derives from the policies alone
 	// (header values), so that it is computed once per plan.
@@ -59,6 +60,9 @@ func (rs *ruleSet) checkCost(cost int64) error {
 		return nil
 	}
 	for i := range rs.rules {
+		if rs.rules[i].Kind == storekit.InFlight {
+			continue
+		}
 		if err := checkCost(cost, rs.rules[i].Burst); err != nil {
 			return fmt.Errorf("plan %q: policy %q: %w", rs.plan, rs.policies[i].Name, err)
 		}
@@ -69,6 +73,11 @@ func (rs *ruleSet) checkCost(cost int64) error {
 func (rs *ruleSet) add(p Policy, r storekit.Rule) {
 	rs.policies = append(rs.policies, p)
 	rs.rules = append(rs.rules, r)
+	if r.Kind == storekit.InFlight {
+		// A request holds one slot, whatever its cost.
+		rs.inFlight = append(rs.inFlight, r)
+		return
+	}
 	if len(rs.rules) == 1 || r.Burst < rs.maxCost {
 		rs.maxCost = r.Burst
 	}
@@ -145,17 +154,35 @@ func compile(p Plan) (*compiledPlan, error) {
 // compilePolicy checks one policy of the plan called plan, and returns its
 // rule and the policy with its name filled in.
 func compilePolicy(plan string, pol Policy) (storekit.Rule, Policy, error) {
-	hasLimit, hasQuota := pol.Limit != (Limit{}), !pol.Quota.IsZero()
+	hasLimit, hasQuota, hasInFlight := pol.Limit != (Limit{}), !pol.Quota.IsZero(), pol.InFlight != 0
+	set := 0
+	for _, has := range []bool{hasLimit, hasQuota, hasInFlight} {
+		if has {
+			set++
+		}
+	}
 	switch {
-	case hasLimit == hasQuota:
-		return storekit.Rule{}, pol, fmt.Errorf("%w: exactly one of Limit and Quota must be set", ErrInvalidLimit)
+	case set != 1:
+		return storekit.Rule{}, pol, fmt.Errorf("%w: exactly one of Limit, Quota and InFlight must be set", ErrInvalidLimit)
 	case pol.Budget != "" && !validName(pol.Budget):
 		return storekit.Rule{}, pol, invalidName("Budget", pol.Budget)
 	case pol.Name != "" && !validName(pol.Name):
 		return storekit.Rule{}, pol, invalidName("Name", pol.Name)
 	}
 	var rule storekit.Rule
-	if hasQuota {
+	if hasInFlight {
+		if pol.InFlight < 1 || pol.InFlight > maxInFlight {
+			return rule, pol, fmt.Errorf("%w: InFlight must be 1 to %d, got %d", ErrInvalidLimit, maxInFlight, pol.InFlight)
+		}
+		state := "inflight"
+		if pol.Budget != "" {
+			state = "b:" + pol.Budget + ":inflight"
+		}
+		rule = storekit.Rule{Kind: storekit.InFlight, Name: state, Burst: pol.InFlight}
+		if pol.Name == "" {
+			pol.Name = joinName(plan, pol.Budget, "inflight")
+		}
+	} else if hasQuota {
 		if err := pol.Quota.Validate(); err != nil {
 			return rule, pol, err
 		}

@@ -87,6 +87,7 @@ type Decision struct {
 	results     [inlinePolicies]Result
 	more        []Result // the results past inlinePolicies, for large plans
 	mark        int64    // the store's mark of a reservation, for Cancel
+	lease       string   // the slot held in in-flight policies, for Release
 	figures     bool     // the figures may be shown to the client
 	policyIndex int      // of Policy, in Policies
 }
@@ -223,4 +224,33 @@ func (d *Decision) waited() {
 	for i := range results {
 		results[i].ResetAfter = max(results[i].ResetAfter-delay, 0)
 	}
+}
+
+// PolicyKind returns the kind of the policy that Policy names: "bucket",
+// "quota" or "in-flight"; "" when no store decided.
+func (d *Decision) PolicyKind() string {
+	if d.rules == nil {
+		return ""
+	}
+	switch d.rules.rules[d.policyIndex].Kind {
+	case storekit.Quota:
+		return "quota"
+	case storekit.InFlight:
+		return "in-flight"
+	}
+	return "bucket"
+}
+
+// slotsOnly reports whether d was denied by in-flight policies alone: the
+// request may pass as soon as a slot frees.
+func (d *Decision) slotsOnly() bool {
+	if d.Allowed || d.rules == nil || len(d.rules.inFlight) == 0 {
+		return false
+	}
+	for i, r := range d.Results() {
+		if !r.Allowed && d.rules.rules[i].Kind != storekit.InFlight {
+			return false
+		}
+	}
+	return true
 }

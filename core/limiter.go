@@ -56,6 +56,7 @@ type Limiter struct {
 	mistakes        sync.Map // the configuration mistakes logged already
 	admin           adminState
 	noOverrides     bool // the store keeps none
+	slots           slots
 }
 
 // DefaultResolverTimeout bounds each plan lookup unless WithResolverTimeout
@@ -393,6 +394,9 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, unt
 	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
 	*op = storekit.Op{Kind: storekit.Take, Tenant: req.Tenant, Rules: rs.rules, Cost: d.Cost, Now: d.Time, Results: op.Results[:0]}
+	if len(rs.inFlight) > 0 {
+		op.Lease, op.LeaseTTL = newLease(), leaseTTL
+	}
 	if req.MaxDelay > 0 && !shadow {
 		// Shadow mode changes nothing a client sees: no wait either.
 		op.MaxDelay = min(req.MaxDelay, maxWindow)
@@ -436,9 +440,19 @@ func (l *Limiter) shadowed(plan string) bool {
 	return false
 }
 
-// settle records a store's answer to op in d: the figures, a reservation
-// and shadow mode.
+// settle records a store's answer to op in d: the figures, a reservation,
+// a slot held, and shadow mode.
 func (l *Limiter) settle(d *Decision, rs *ruleSet, op *storekit.Op, shadow bool) {
+	if len(rs.inFlight) > 0 {
+		for i := range op.Results {
+			if r := &op.Results[i]; !r.Allowed && rs.rules[i].Kind == storekit.InFlight {
+				r.RetryAfter = inFlightRetry
+			}
+		}
+		if op.Allowed {
+			l.hold(d, op.Lease, rs.inFlight)
+		}
+	}
 	d.setResults(rs, op.Allowed, op.Results)
 	if op.Allowed && op.Delay > 0 {
 		d.Delay, d.outcome, d.mark = op.Delay, outcomeDelayed, op.Mark
@@ -483,9 +497,12 @@ func (l *Limiter) dividedRules(cp *compiledPlan, d *Decision) (*ruleSet, error) 
 	p.Policies = append([]Policy(nil), p.Policies...)
 	for i := range p.Policies {
 		pol := &p.Policies[i]
-		if pol.Quota.IsZero() {
+		switch {
+		case pol.InFlight > 0:
+			pol.InFlight = max(pol.InFlight/l.replicas, 1)
+		case pol.Quota.IsZero():
 			pol.Limit = divideLimit(pol.Limit, l.replicas)
-		} else {
+		default:
 			pol.Quota.Tokens = max(pol.Quota.Tokens/l.replicas, 1)
 		}
 	}

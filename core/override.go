@@ -26,8 +26,8 @@ type Override struct {
 
 	// Limits, if set, replace the figures of policies of the plan: each
 	// names a policy (Name; the plan's own bucket has the plan's name)
-	// and gives its new Limit, or a Quota whose Tokens replace the
-	// quota's (its period stays). The plan is then shown as
+	// and gives its new Limit, a Quota whose Tokens replace the quota's
+	// (its period stays), or its new InFlight. The plan is then shown as
 	// "<plan>+override".
 	Limits []Policy `json:"limits,omitempty"`
 
@@ -305,10 +305,15 @@ func (l *Limiter) overridden(ao *activeOverride, base *compiledPlan) (*compiledP
 		}
 		pol := &p.Policies[i]
 		pol.Name = lim.Name // a derived name would change with the plan's
-		if pol.Quota.IsZero() {
-			pol.Limit = lim.Limit
-		} else {
+		switch {
+		case pol.InFlight > 0 && lim.InFlight > 0:
+			pol.InFlight = lim.InFlight
+		case !pol.Quota.IsZero() && lim.Quota.Tokens > 0:
 			pol.Quota.Tokens = lim.Quota.Tokens
+		case pol.Limit != Limit{} && lim.Limit != Limit{}:
+			pol.Limit = lim.Limit
+		default:
+			return nil, fmt.Errorf("%w: the override gives policy %q figures of another kind", ErrInvalidLimit, lim.Name)
 		}
 	}
 	return l.admin.compiled.get(&p)
@@ -320,14 +325,25 @@ func checkLimits(limits []Policy) error {
 		if !validName(lim.Name) {
 			return fmt.Errorf("%w: Limits[%d]: Name must name the policy to change, got %q", ErrInvalidLimit, i, truncate(lim.Name, 80))
 		}
-		if (lim.Limit == Limit{}) == (lim.Quota.Tokens == 0) {
-			return fmt.Errorf("%w: Limits[%d]: give either a Limit or a Quota's Tokens", ErrInvalidLimit, i)
+		given := 0
+		for _, has := range []bool{lim.Limit != Limit{}, lim.Quota.Tokens != 0, lim.InFlight != 0} {
+			if has {
+				given++
+			}
 		}
-		if (lim.Limit != Limit{}) {
+		if given != 1 {
+			return fmt.Errorf("%w: Limits[%d]: give one of a Limit, a Quota's Tokens and InFlight", ErrInvalidLimit, i)
+		}
+		switch {
+		case lim.InFlight != 0:
+			if lim.InFlight < 1 || lim.InFlight > maxInFlight {
+				return fmt.Errorf("%w: Limits[%d]: InFlight must be 1 to %d", ErrInvalidLimit, i, maxInFlight)
+			}
+		case lim.Limit != Limit{}:
 			if err := lim.Limit.Validate(); err != nil {
 				return fmt.Errorf("Limits[%d]: %w", i, err)
 			}
-		} else if lim.Quota.Tokens < 1 || lim.Quota.Tokens > maxBurst {
+		case lim.Quota.Tokens < 1 || lim.Quota.Tokens > maxBurst:
 			return fmt.Errorf("%w: Limits[%d]: Quota.Tokens must be 1 to %d", ErrInvalidLimit, i, int64(maxBurst))
 		}
 	}

@@ -26,8 +26,9 @@ type Plan struct {
 	Policies []Policy
 }
 
-// A Policy is one limit of a Plan beyond its Limit: a token bucket (Limit)
-// or a calendar quota (Quota); exactly one of the two is set. Without a
+// A Policy is one limit of a Plan beyond its Limit: a token bucket (Limit),
+// a calendar quota (Quota) or a cap on requests in flight (InFlight);
+// exactly one of them is set. Without a
 // Budget it applies to every request of the plan's tenants, like
 // Plan.Limit; with one, only to requests that draw from that budget (a
 // route declares its budget in the middleware), so that, say, report
@@ -38,13 +39,21 @@ type Plan struct {
 type Policy struct {
 	// Name identifies the policy in headers, logs and metrics. Empty, it
 	// is derived from the plan: "<plan>-daily" or "<plan>-monthly" for a
-	// quota, "<plan>-<budget>" for a budget's bucket, and
-	// "<plan>-<budget>-daily" (or monthly) for a budget's quota. A
-	// token bucket without a budget must be named.
+	// quota, "<plan>-inflight" for a cap in flight, "<plan>-<budget>" for
+	// a budget's bucket, and "<plan>-<budget>-daily" (or monthly, or
+	// inflight) for a budget's other policies. A token bucket without a
+	// budget must be named.
 	Name string
 
 	Limit Limit // a token bucket, or
-	Quota Quota // a calendar quota
+	Quota Quota // a calendar quota, or
+
+	// InFlight caps the requests of a tenant that run at once, across
+	// every replica that shares the store: a request holds a slot, whatever
+	// its cost, from the decision until the application releases it
+	// (Limiter.Release; middleware does when the handler returns). A
+	// slot of a process that died frees itself within 10 seconds.
+	InFlight int64
 
 	// Budget, if set, limits the policy to requests that draw from the
 	// budget of that name. Names follow the rules of Plan.Name.
@@ -54,6 +63,7 @@ type Policy struct {
 const (
 	maxNameLength = 64
 	maxPolicies   = 16
+	maxInFlight   = 1_000_000
 )
 
 // ErrUnknownPlan is wrapped by errors that name a plan the resolver does not
@@ -116,7 +126,7 @@ func (p *Plan) equal(o *Plan) bool {
 	}
 	for i := range p.Policies {
 		a, b := &p.Policies[i], &o.Policies[i]
-		if a.Name != b.Name || a.Limit != b.Limit || a.Budget != b.Budget || !a.Quota.equal(b.Quota) {
+		if a.Name != b.Name || a.Limit != b.Limit || a.InFlight != b.InFlight || a.Budget != b.Budget || !a.Quota.equal(b.Quota) {
 			return false
 		}
 	}

@@ -23,8 +23,8 @@ func TestPlanValidationNamesTheField(t *testing.T) {
 		plan tollgate.Plan
 		want string
 	}{
-		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{}}}, "exactly one of Limit and Quota"},
-		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Limit: bucket, Quota: perDay(5)}}}, "exactly one of Limit and Quota"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{}}}, "exactly one of Limit, Quota and InFlight"},
+		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Limit: bucket, Quota: perDay(5)}}}, "exactly one of Limit, Quota and InFlight"},
 		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Limit: bucket}}}, "Name must be set"},
 		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Quota: perDay(0)}}}, "Quota.Tokens"},
 		{tollgate.Plan{Name: "p", Limit: bucket, Policies: []tollgate.Policy{{Name: "a", Quota: perDay(5)}, {Name: "b", Quota: perDay(9)}}}, "share its state"},

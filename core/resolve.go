@@ -207,8 +207,8 @@ const maxStuckLookups = 64
 type flightGroup struct {
 	resolve func(ctx context.Context, tenant string) (Plan, error)
 	// done, if set, is told of every lookup that ended while it was still
-	// the tenant's current one (see forget).
-	done func(tenant string, f *flight)
+	// the tenant's current one (see forget), before its waiters are.
+	done func(tenant string, p Plan, err error)
 
 	mu      sync.Mutex
 	flights map[string]*flight
@@ -222,20 +222,6 @@ type flight struct {
 	once     sync.Once
 	plan     Plan
 	err      error
-}
-
-// settle answers f unless it was answered before, running also (if set)
-// with the answer, and reports whether it answered.
-func (f *flight) settle(p Plan, err error, also func()) bool {
-	settled := false
-	f.once.Do(func() {
-		f.plan, f.err, settled = p, err, true
-		if also != nil {
-			also()
-		}
-		close(f.answered)
-	})
-	return settled
 }
 
 // errTooManyStuck fails lookups while maxStuckLookups are stuck.
@@ -252,7 +238,8 @@ func (g *flightGroup) start(ctx context.Context, tenant string, wait, abandon ti
 	}
 	f := &flight{answered: make(chan struct{}), expired: make(chan struct{})}
 	if g.stuck.Load() >= maxStuckLookups {
-		f.settle(Plan{}, errTooManyStuck, nil)
+		f.plan, f.err = Plan{}, errTooManyStuck
+		close(f.answered)
 		return f
 	}
 	if g.flights == nil {
@@ -271,33 +258,42 @@ func (g *flightGroup) run(ctx context.Context, tenant string, f *flight, wait, a
 	ctx, cancel := context.WithTimeout(ctx, abandon)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
-		if ctx.Err() != context.DeadlineExceeded {
-			return // the lookup returned first
+		if ctx.Err() == context.DeadlineExceeded {
+			g.finish(tenant, f, Plan{}, fmt.Errorf("%w (within %v)", errResolverTimeout, abandon), func() { g.stuck.Add(1) })
 		}
-		f.settle(Plan{}, fmt.Errorf("%w (within %v)", errResolverTimeout, abandon), func() { g.stuck.Add(1) })
-		g.end(tenant, f)
 	})
 	p, err := safeResolve(ctx, g.resolve, tenant)
 	stop()
-	if !f.settle(p, err, nil) {
+	if !g.finish(tenant, f, p, err, nil) {
 		g.stuck.Add(-1) // it was abandoned, and counted, before it returned
-		return
 	}
-	g.end(tenant, f)
 }
 
-// end removes f from the flights under way, and tells done of it if it was
-// still tenant's current lookup.
-func (g *flightGroup) end(tenant string, f *flight) {
-	g.mu.Lock()
-	current := g.flights[tenant] == f
-	if current {
-		delete(g.flights, tenant)
-	}
-	g.mu.Unlock()
-	if current && g.done != nil {
-		g.done(tenant, f)
-	}
+// finish answers f with p and err, and reports whether it did: f may have
+// been answered (abandoned) before. done learns of the answer, and f leaves
+// the flights under way, before its waiters get the answer, so that one
+// that asks again finds it cached and never the finished flight.
+func (g *flightGroup) finish(tenant string, f *flight, p Plan, err error, also func()) bool {
+	answered := false
+	f.once.Do(func() {
+		g.mu.Lock()
+		current := g.flights[tenant] == f
+		g.mu.Unlock()
+		if current && g.done != nil {
+			g.done(tenant, p, err)
+		}
+		g.mu.Lock()
+		if g.flights[tenant] == f {
+			delete(g.flights, tenant)
+		}
+		g.mu.Unlock()
+		f.plan, f.err, answered = p, err, true
+		if also != nil {
+			also()
+		}
+		close(f.answered)
+	})
+	return answered
 }
 
 // forget orphans tenant's lookup under way: its answer still reaches its

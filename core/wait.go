@@ -34,6 +34,13 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 		return Decision{Tenant: req.Tenant}, errNilLimiter
 	}
 	req.MaxDelay = maxWindow
+	var turn chan struct{} // the request's place in line for a slot
+	var leave func()
+	defer func() {
+		if leave != nil {
+			leave()
+		}
+	}()
 	for {
 		var d Decision
 		if err := ctx.Err(); err != nil {
@@ -49,6 +56,16 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 			return d, fmt.Errorf("tollgate: Wait: the store failed under fail-closed: %w", d.Err)
 		case d.Allowed:
 			return d, l.Hold(ctx, &d)
+		case d.slotsOnly():
+			// Every other policy allows it: wait in line for a slot,
+			// which frees when a request of the tenant ends.
+			if turn == nil {
+				turn, leave = l.queueForSlot(req.Tenant)
+			}
+			if err := l.waitForSlot(ctx, req.Tenant, turn); err != nil {
+				return d, err
+			}
+			continue
 		}
 		// Denied though the caller would wait: a quota exhausted until a
 		// later period, or tokens that come too late.
@@ -119,10 +136,14 @@ func (l *Limiter) Cancel(ctx context.Context, d *Decision) error {
 	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
 	*op = storekit.Op{Kind: storekit.Cancel, Tenant: d.Tenant, Rules: d.rules.rules, Cost: d.Cost, Now: l.now(),
-		Mark: d.mark, Results: op.Results[:0]}
+		Mark: d.mark, Lease: d.lease, Results: op.Results[:0]}
 	if err := store.Do(ctx, op); err != nil {
 		return err
 	}
 	d.Delay = 0
+	if d.lease != "" {
+		// The Cancel gave the slot back too.
+		l.forget(d)
+	}
 	return nil
 }

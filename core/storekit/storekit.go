@@ -37,7 +37,8 @@ const (
 	Reset
 	// Cancel gives back the tokens of a granted Take that reserved them
 	// (its Mark), when the caller will not proceed after all. Once the
-	// reserved time has come it gives back nothing.
+	// reserved time has come it gives back nothing. It releases the
+	// Take's Lease in any case.
 	Cancel
 	// Check asks the store whether it can work at all: its options, and
 	// for a store behind a network its address, credentials and
@@ -52,6 +53,13 @@ const (
 	// change log and, if it differs from the Op's, every override
 	// (Overrides) and the latest changes, newest first (Notes).
 	LoadOverrides
+	// Release gives back the slot that the Op's Lease holds in each of
+	// its InFlight rules: the request has ended.
+	Release
+	// Renew extends the Op's Lease in each of its InFlight rules to
+	// LeaseTTL from now, while a long request runs. A lease that has
+	// expired is not renewed: its slot may have gone to another request.
+	Renew
 )
 
 // MaxNotes is how many changes a store keeps in its log, the newest.
@@ -67,6 +75,13 @@ const (
 	// Quota is a calendar quota: Burst tokens per period, all of them
 	// back at once when a period starts.
 	Quota
+	// InFlight caps the tenant's requests in flight at Burst: a granted
+	// Take holds one slot, whatever its cost, under the Op's Lease until
+	// a Release gives it back or the lease expires. Its state is the set
+	// of live leases; Reset leaves it alone, as it counts requests that
+	// still run. A denied rule's RetryAfter is 0: no store can know when
+	// a request ends.
+	InFlight
 )
 
 // A Rule is one limit of a tenant.
@@ -143,6 +158,13 @@ type Op struct {
 
 	// Mark, for a Cancel, is the Mark of the Take to give back.
 	Mark int64
+
+	// Lease names the slot a Take takes in each InFlight rule, and that
+	// a Release, a Renew or a Cancel gives back or extends; LeaseTTL is
+	// how long the slot is held unless renewed. Leases are unique: the
+	// Limiter draws them at random.
+	Lease    string
+	LeaseTTL time.Duration
 
 	// Value, for a SaveOverride, is the tenant's override, or nil.
 	Value []byte

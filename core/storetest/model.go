@@ -38,6 +38,11 @@ import (
 //     bucket gets back the request's need (its TAT never before now) and
 //     each quota still in its period its cost. So when every waiter of a
 //     tenant gives up, in any order, the tenant owes nothing for them.
+//   - An InFlight rule's state is its live leases. A Take passes it if
+//     fewer than Burst are live, and a granted one adds the Op's Lease,
+//     expiring LeaseTTL from now. Release and Cancel remove the Lease;
+//     Renew moves a live one's expiry to LeaseTTL from now. Reset keeps
+//     leases: they count requests that still run.
 //
 // The zero Model is empty and ready to use. A Model is not safe for
 // concurrent use.
@@ -48,8 +53,9 @@ type Model struct {
 }
 
 type modelState struct {
-	tat       int64 // bucket: µs since the Unix epoch
-	used, end int64 // quota: tokens used in the period ending at end
+	tat       int64            // bucket: µs since the Unix epoch
+	used, end int64            // quota: tokens used in the period ending at end
+	leases    map[string]int64 // in flight: when each lease expires
 }
 
 // Do runs op at now, as a store would, and fills in its results.
@@ -68,7 +74,12 @@ func (m *Model) Do(op *storekit.Op, now time.Time) {
 		m.journal.Do(op)
 		return
 	case storekit.Reset:
-		delete(m.tenants, op.Tenant)
+		// Leases count requests that still run: a reset keeps them.
+		for name, s := range m.tenants[op.Tenant] {
+			if len(s.leases) == 0 {
+				delete(m.tenants[op.Tenant], name)
+			}
+		}
 		m.journal.Do(op)
 	}
 	states := m.tenants[op.Tenant]
@@ -79,21 +90,41 @@ func (m *Model) Do(op *storekit.Op, now time.Time) {
 	state := func(r *storekit.Rule) *modelState {
 		s := states[r.Name]
 		if s == nil {
-			s = &modelState{}
+			s = &modelState{leases: map[string]int64{}}
 			states[r.Name] = s
 		}
 		if r.Kind == storekit.Quota && s.end <= t {
 			s.used, s.end = 0, periodEnd(r, now)
 		}
+		for lease, expires := range s.leases {
+			if expires <= t {
+				delete(s.leases, lease)
+			}
+		}
 		return s
+	}
+	for i := range op.Rules {
+		r := &op.Rules[i]
+		if r.Kind != storekit.InFlight {
+			continue
+		}
+		switch s := state(r); op.Kind {
+		case storekit.Release, storekit.Cancel:
+			delete(s.leases, op.Lease)
+		case storekit.Renew:
+			if _, live := s.leases[op.Lease]; live {
+				s.leases[op.Lease] = t + op.LeaseTTL.Microseconds()
+			}
+		}
 	}
 	if op.Kind == storekit.Cancel && t < op.Mark {
 		for i := range op.Rules {
 			r := &op.Rules[i]
 			s := state(r)
-			if r.Kind == storekit.Quota {
+			switch r.Kind {
+			case storekit.Quota:
 				s.used = max(s.used-cost, 0)
-			} else {
+			case storekit.Bucket:
 				s.tat = max(s.tat-cost*r.Interval, t)
 			}
 		}
@@ -106,8 +137,12 @@ func (m *Model) Do(op *storekit.Op, now time.Time) {
 	for i := range op.Rules {
 		r := &op.Rules[i]
 		s := state(r)
-		if r.Kind == storekit.Quota {
+		switch r.Kind {
+		case storekit.Quota:
 			allowed = allowed && s.used+cost <= r.Burst
+			continue
+		case storekit.InFlight:
+			allowed = allowed && int64(len(s.leases)) < r.Burst
 			continue
 		}
 		if wait := max(s.tat-t, 0) + cost*r.Interval - r.Tolerance(); wait > 0 {
@@ -120,7 +155,13 @@ func (m *Model) Do(op *storekit.Op, now time.Time) {
 		r := &op.Rules[i]
 		s := state(r)
 		var res storekit.Result
-		if r.Kind == storekit.Quota {
+		if r.Kind == storekit.InFlight {
+			if granted {
+				s.leases[op.Lease] = t + op.LeaseTTL.Microseconds()
+			}
+			held := int64(len(s.leases))
+			res = storekit.Result{Allowed: granted || held < r.Burst, Remaining: max(r.Burst-held, 0)}
+		} else if r.Kind == storekit.Quota {
 			if granted {
 				s.used += cost
 				s.end = periodEnd(r, now)

@@ -1,0 +1,234 @@
+package tollgate
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core/storekit"
+)
+
+// Slots of in-flight policies (Policy.InFlight) are leases in the store:
+// a request that holds one renews it while it runs, so that the slots of
+// a process that dies come free within leaseTTL; inFlightRetry is the
+// Retry-After of a request refused for want of a slot, which no one can
+// know: a slot frees when a request ends.
+const (
+	leaseTTL      = 10 * time.Second
+	leaseRenewal  = leaseTTL / 3
+	inFlightRetry = time.Second
+	// slotPoll is how often a request waiting for a slot tries again
+	// when no slot of its tenant was released in this process: another
+	// replica's release is not announced.
+	slotPoll = 50 * time.Millisecond
+)
+
+// newLease returns a lease name no other request draws: 128 random bits.
+func newLease() string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	return hex.EncodeToString(b[:])
+}
+
+// A heldSlot is a slot this process holds, renewed while it is held.
+type heldSlot struct {
+	tenant string
+	plan   string
+	rules  []storekit.Rule // the InFlight rules the lease is in
+}
+
+// slots is what a Limiter knows of the slots it holds and of the requests
+// that wait for one.
+type slots struct {
+	mu       sync.Mutex
+	held     map[string]heldSlot // by lease
+	renewing bool                // a goroutine renews the held leases
+	waiting  map[string][]chan struct{}
+}
+
+// hold records a slot granted to d and starts renewing it.
+func (l *Limiter) hold(d *Decision, lease string, rules []storekit.Rule) {
+	d.lease = lease
+	s := &l.slots
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = make(map[string]heldSlot)
+	}
+	s.held[lease] = heldSlot{tenant: d.Tenant, plan: d.Plan, rules: rules}
+	if !s.renewing {
+		s.renewing = true
+		go l.renew()
+	}
+}
+
+// renew extends the leases held every leaseRenewal, while any is held.
+func (l *Limiter) renew() {
+	t := time.NewTicker(leaseRenewal)
+	defer t.Stop()
+	for range t.C {
+		s := &l.slots
+		s.mu.Lock()
+		if len(s.held) == 0 {
+			s.renewing = false
+			s.mu.Unlock()
+			return
+		}
+		batch := make(map[string]heldSlot, len(s.held))
+		for lease, h := range s.held {
+			batch[lease] = h
+		}
+		s.mu.Unlock()
+		for lease, h := range batch {
+			ctx, cancel := context.WithTimeout(context.Background(), leaseRenewal)
+			op := storekit.Op{Kind: storekit.Renew, Tenant: h.tenant, Rules: h.rules, Lease: lease, LeaseTTL: leaseTTL}
+			_ = l.store.Do(ctx, &op) // a lease that fails to renew expires: its slot comes free
+			cancel()
+		}
+	}
+}
+
+// Release gives back the slot that d holds in the in-flight policies of
+// its plan (see Policy.InFlight) when the request has ended: middleware
+// does it when the handler returns, even on a panic; code outside HTTP
+// (a worker) calls it when its work is done. Releasing a decision that
+// holds no slot, or twice, does nothing.
+func (l *Limiter) Release(ctx context.Context, d *Decision) error {
+	if l == nil {
+		return errNilLimiter
+	}
+	if d.lease == "" {
+		return nil
+	}
+	lease := d.lease
+	d.lease = ""
+	s := &l.slots
+	s.mu.Lock()
+	h, ok := s.held[lease]
+	delete(s.held, lease)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	op := storekit.Op{Kind: storekit.Release, Tenant: h.tenant, Rules: h.rules, Lease: lease}
+	store := l.store
+	if d.Fallback {
+		store = l.fallback
+	}
+	err := store.Do(ctx, &op)
+	l.slotFreed(h.tenant)
+	return err
+}
+
+// forget drops the slot of d, which the store gave back already, from the
+// slots held.
+func (l *Limiter) forget(d *Decision) {
+	lease := d.lease
+	d.lease = ""
+	l.slots.mu.Lock()
+	h, ok := l.slots.held[lease]
+	delete(l.slots.held, lease)
+	l.slots.mu.Unlock()
+	if ok {
+		l.slotFreed(h.tenant)
+	}
+}
+
+// slotFreed wakes the first request of tenant that waits for a slot.
+func (l *Limiter) slotFreed(tenant string) {
+	s := &l.slots
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.waiting[tenant]; len(q) > 0 {
+		select {
+		case q[0] <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitForSlot waits, in order of arrival among this process's requests of
+// tenant, until a slot of the tenant may have come free: one was released
+// here, or slotPoll has passed (another replica's release is not
+// announced). It returns ctx's error if ctx ends first.
+func (l *Limiter) waitForSlot(ctx context.Context, tenant string, turn chan struct{}) error {
+	t := time.NewTimer(slotPoll)
+	defer t.Stop()
+	for {
+		first := l.firstInLine(tenant, turn)
+		select {
+		case <-turn:
+			if first {
+				return nil
+			}
+		case <-t.C:
+			if first {
+				return nil
+			}
+			t.Reset(slotPoll)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// queueForSlot puts a request of tenant in line for a slot; leave takes it
+// out, and lets the next one try.
+func (l *Limiter) queueForSlot(tenant string) (turn chan struct{}, leave func()) {
+	turn = make(chan struct{}, 1)
+	s := &l.slots
+	s.mu.Lock()
+	if s.waiting == nil {
+		s.waiting = make(map[string][]chan struct{})
+	}
+	s.waiting[tenant] = append(s.waiting[tenant], turn)
+	s.mu.Unlock()
+	return turn, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		q := s.waiting[tenant]
+		for i, c := range q {
+			if c == turn {
+				q = append(q[:i:i], q[i+1:]...)
+				break
+			}
+		}
+		if len(q) == 0 {
+			delete(s.waiting, tenant)
+			return
+		}
+		s.waiting[tenant] = q
+		select {
+		case q[0] <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *Limiter) firstInLine(tenant string, turn chan struct{}) bool {
+	s := &l.slots
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.waiting[tenant]
+	return len(q) > 0 && q[0] == turn
+}
+
+// SlotsHeld returns how many slots of in-flight policies this Limiter's
+// requests hold now, by plan, for metrics.
+func (l *Limiter) SlotsHeld() map[string]int {
+	if l == nil {
+		return nil
+	}
+	s := &l.slots
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int)
+	for _, h := range s.held {
+		out[h.plan]++
+	}
+	return out
+}
