@@ -1,49 +1,47 @@
 # Every target runs over the modules listed in go.work.
 MODULES := $(shell go work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p')
-GOTEST_FLAGS ?= -race -shuffle=on -count=1
+PACKAGES := $(addsuffix /...,$(MODULES))
 
-# golangci-lint is pinned (the version the GitHub workflow runs too). `make
-# lint` installs it into .bin/ when it is missing there: go install builds
-# it with the Go that lints, which golangci-lint needs to be at least as new
-# as the code's go directive.
+# golangci-lint is pinned (the version the GitHub workflow runs too); `make
+# lint` installs it into .bin/ when it is missing there.
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: test test-race test-allocs lint lint-tool bench tidy build-alone fmt redis-server
+.PHONY: test check test-full test-allocs lint lint-tool bench tidy build-alone fmt redis-server
 
-# What CI runs (.ci/run): lint, every module's tests under the race
-# detector, then the packages with allocation tests without it. The tests
-# start their own redis-server processes (internal/testredis) and need no
-# Redis of yours; TOLLGATE_TEST_REDIS=host:port points the tests that can
-# share one at a server you run.
-test: lint test-race test-allocs
+# The README's test command: every test of every module under the race
+# detector, in one go test run so that packages of all modules share the
+# CPUs; -short leaves out the long fault scenarios. The tests start their
+# own redis-server processes (internal/testredis).
+test: redis-server
+	go test -race -short -shuffle=on -count=1 $(PACKAGES)
 
-# Each loop goes through every module and then fails if any did, so that
-# one failing module does not hide the others' results.
-test-race: redis-server
-	@failed=; for m in $(MODULES); do echo "== test $$m"; (cd $$m && go test $(GOTEST_FLAGS) ./...) || failed="$$failed $$m"; done; \
-	test -z "$$failed" || { echo "== tests failed in:$$failed"; exit 1; }
+# What CI runs (.ci/run): lint, every test with the long fault scenarios,
+# the allocation tests without the race detector, and every module built
+# on its own.
+check: lint test-full test-allocs build-alone
+
+test-full: redis-server
+	go test -race -shuffle=on -count=1 $(PACKAGES)
 
 # Allocation tests (testing.AllocsPerRun, or adaptertest's AllocsPerRun and
 # CheckAllocs) skip under -race, which allocates on its own: the packages
 # that have them run again, without it.
 test-allocs:
-	@set -e; for m in $(MODULES); do (cd $$m && \
-		pkgs=$$(go list -f '{{.ImportPath}} {{.Dir}}' ./... | while read -r pkg dir; do \
-			if grep -qsE 'AllocsPerRun|CheckAllocs' "$$dir"/*_test.go; then echo "$$pkg"; fi; done); \
-		if [ -n "$$pkgs" ]; then echo "== allocs $$m (no -race)"; go test -count=1 $$pkgs; fi); done
+	@pkgs=$$(go list -f '{{.ImportPath}} {{.Dir}}' $(PACKAGES) | while read -r pkg dir; do \
+		if grep -qsE 'AllocsPerRun|CheckAllocs' "$$dir"/*_test.go; then echo "$$pkg"; fi; done); \
+	echo "== allocation tests (no -race)"; go test -count=1 -run 'Alloc' $$pkgs
 
 # gofmt, go vet and golangci-lint (configured by .golangci.yml) on every
 # module.
 lint: $(GOLANGCI_LINT)
-	@set -e; test -z "$$(gofmt -l $(MODULES))" || { echo "== gofmt -w these files:"; gofmt -l $(MODULES); exit 1; }
-	@failed=; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && go vet ./...) || failed="$$failed $$m"; done; \
-	test -z "$$failed" || { echo "== go vet failed in:$$failed"; exit 1; }
-	@failed=; for m in $(MODULES); do echo "== golangci-lint $$m"; (cd $$m && $(GOLANGCI_LINT) run ./...) || failed="$$failed $$m"; done; \
+	@test -z "$$(gofmt -l $(MODULES))" || { echo "== gofmt -w these files:"; gofmt -l $(MODULES); exit 1; }
+	go vet $(PACKAGES)
+	@failed=; for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run ./...) || failed="$$failed $$m"; done; \
 	test -z "$$failed" || { echo "== golangci-lint failed in:$$failed"; exit 1; }
 
 # lint-tool only installs golangci-lint, so that .ci/run can build it while
-# apt-get installs Chromium.
+# apt-get installs what the tests need.
 lint-tool: $(GOLANGCI_LINT)
 
 $(GOLANGCI_LINT):
@@ -56,8 +54,8 @@ $(GOLANGCI_LINT):
 redis-server:
 	@.ci/install-redis-server
 
-# The benchmarks of docs/performance.md: six interleaved passes, then
-# benchstat (the Redis cases start a redis-server of their own).
+# The benchmarks of docs/performance.md: interleaved passes, then benchstat
+# (the Redis cases start a redis-server of their own).
 bench: redis-server
 	bench/run.sh
 
