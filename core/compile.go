@@ -5,18 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"github.com/tollgate-go/tollgate/core/storekit"
 )
-
-func init() {
-	hooks.PolicyMemo = func(d any) *atomic.Value {
-		if rs := d.(*Decision).rules; rs != nil {
-			return &rs.memo
-		}
-		return nil
-	}
-}
 
 // A compiledPlan is a Plan checked once and turned into the rules a Store
 // applies: one rule set for requests without a budget, one per budget, and

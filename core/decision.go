@@ -3,8 +3,10 @@ package tollgate
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
 	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
@@ -176,39 +178,6 @@ func (d *Decision) Capacity() int64 {
 	return d.rules.rules[d.policyIndex].Burst
 }
 
-// setResults records the store's results for rs and sums them up.
-func (d *Decision) setResults(rs *ruleSet, allowed bool, results []Result) {
-	d.rules, d.n, d.figures, d.Allowed = rs, len(results), true, allowed
-	d.outcome = outcomeAllowed
-	if !allowed {
-		d.outcome = outcomeDenied
-	}
-	if len(results) > inlinePolicies {
-		d.more = append(d.more[:0], results...)
-	} else {
-		copy(d.results[:], results)
-	}
-	best := 0
-	for i := range results {
-		r, b := &results[i], &results[best]
-		if allowed {
-			if r.Remaining < b.Remaining {
-				best = i
-			}
-		} else if r.RetryAfter > b.RetryAfter || b.Allowed && !r.Allowed {
-			best = i
-		}
-	}
-	r := &results[best]
-	d.Policy, d.policyIndex = rs.policies[best].Name, best
-	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, 0
-	if !allowed {
-		for i := range results {
-			d.RetryAfter = max(d.RetryAfter, results[i].RetryAfter)
-		}
-	}
-}
-
 // policyIsQuota reports whether the policy d's figures describe is a quota.
 func (d *Decision) policyIsQuota() bool {
 	return d.rules != nil && d.rules.rules[d.policyIndex].Kind == storekit.Quota
@@ -253,4 +222,15 @@ func (d *Decision) slotsOnly() bool {
 		}
 	}
 	return true
+}
+
+func init() {
+	// The HTTP layer caches header values in the memo of the policies
+	// a decision applied.
+	hooks.PolicyMemo = func(d any) *atomic.Value {
+		if rs := d.(*Decision).rules; rs != nil {
+			return &rs.memo
+		}
+		return nil
+	}
 }

@@ -376,8 +376,14 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, unt
 		return nil
 	}
 	if !l.noOverrides {
-		l.refreshOverrides(d.Time)
-		cp = l.override(ctx, req.Tenant, cp, d.Time)
+		// The common case, no override to look up and none to reload,
+		// costs two atomic loads.
+		if d.Time.UnixNano()-l.admin.loadedAt.Load() >= int64(overridesRefresh) {
+			l.refreshOverrides()
+		}
+		if st := l.admin.state.Load(); st != nil && len(st.tenants) > 0 {
+			cp = l.override(ctx, req.Tenant, cp, d.Time)
+		}
 	}
 	d.Plan = cp.plan.Name
 	rs := cp.base
@@ -453,7 +459,7 @@ func (l *Limiter) settle(d *Decision, rs *ruleSet, op *storekit.Op, shadow bool)
 			l.hold(d, op.Lease, rs.inFlight)
 		}
 	}
-	d.setResults(rs, op.Allowed, op.Results)
+	setResults(d, rs, op.Allowed, op.Results)
 	if op.Allowed && op.Delay > 0 {
 		d.Delay, d.outcome, d.mark = op.Delay, outcomeDelayed, op.Mark
 	}
@@ -462,6 +468,41 @@ func (l *Limiter) settle(d *Decision, rs *ruleSet, op *storekit.Op, shadow bool)
 			d.Allowed, d.Shadow, d.outcome = true, true, outcomeShadowDenied
 		}
 		d.figures = l.shadowHeaders
+	}
+}
+
+// setResults records a store's results for rs in d and sums them up: the
+// policy closest to denying, or the one that holds the request back
+// longest.
+func setResults(d *Decision, rs *ruleSet, allowed bool, results []Result) {
+	d.rules, d.n, d.figures, d.Allowed = rs, len(results), true, allowed
+	d.outcome = outcomeAllowed
+	if !allowed {
+		d.outcome = outcomeDenied
+	}
+	if len(results) > inlinePolicies {
+		d.more = append(d.more[:0], results...)
+	} else {
+		copy(d.results[:], results)
+	}
+	best := 0
+	for i := range results {
+		r, b := &results[i], &results[best]
+		if allowed {
+			if r.Remaining < b.Remaining {
+				best = i
+			}
+		} else if r.RetryAfter > b.RetryAfter || b.Allowed && !r.Allowed {
+			best = i
+		}
+	}
+	r := &results[best]
+	d.Policy, d.policyIndex = rs.policies[best].Name, best
+	d.Remaining, d.ResetAfter, d.RetryAfter = r.Remaining, r.ResetAfter, 0
+	if !allowed {
+		for i := range results {
+			d.RetryAfter = max(d.RetryAfter, results[i].RetryAfter)
+		}
 	}
 }
 
@@ -593,7 +634,7 @@ func (l *Limiter) Inspect(ctx context.Context, tenant string) (Decision, error) 
 	for _, r := range op.Results[:len(cp.base.rules)] {
 		allowed = allowed && r.Allowed
 	}
-	d.setResults(cp.all, allowed, op.Results)
+	setResults(&d, cp.all, allowed, op.Results)
 	return d, nil
 }
 

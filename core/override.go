@@ -227,10 +227,11 @@ func (l *Limiter) loadOverrides(ctx context.Context) error {
 	return nil
 }
 
-// refreshOverrides reloads the overrides in the background when they are
-// older than overridesRefresh, so that a decision never waits for it.
-func (l *Limiter) refreshOverrides(now time.Time) {
-	if now.UnixNano()-l.admin.loadedAt.Load() < int64(overridesRefresh) || !l.admin.loading.CompareAndSwap(false, true) {
+// refreshOverrides reloads the overrides in the background, once at a
+// time, so that a decision never waits for it; decisions call it when the
+// overrides are older than overridesRefresh.
+func (l *Limiter) refreshOverrides() {
+	if !l.admin.loading.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
