@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/go-chi/chi/v5"
 
 	tollgatechi "github.com/tollgate-go/tollgate/chi"
@@ -41,10 +42,17 @@ func authenticate(next http.Handler) http.Handler {
 
 var byTenant = tollgatehttp.WithTenant(tollgatehttp.TenantFromContext(adaptertest.TenantKey{}))
 
+// fields parses header values with a parser of structured fields that is
+// not tollgate's.
+var fields = adaptertest.FieldParsers{
+	List: func(v string) error { _, err := httpsfv.UnmarshalList([]string{v}); return err },
+	Item: func(v string) error { _, err := httpsfv.UnmarshalItem([]string{v}); return err },
+}
+
 // TestConformance runs the kit with the middleware on each route, as
 // r.With registers it.
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
 		limit := tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithSkip(func(r *http.Request) bool {
 			return r.URL.Path == "/skipped"
 		}))
@@ -58,8 +66,11 @@ func TestConformance(t *testing.T) {
 		r.With(tollgatechi.Middleware(s.Limiter, tollgatehttp.WithBudget(s.Budget), byTenant)).Get("/reports/{id}", ok)
 		r.With(tollgatechi.Middleware(s.Limiter)).Get("/by-header", ok)
 		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0))).Get("/held", ok)
+		r.With(tollgatechi.Middleware(s.Limiter, byTenant)).Get("/slow", adaptertest.SlowHandler(s).ServeHTTP)
+		r.With(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.SlotDelay, 0))).
+			Get("/slow-held", adaptertest.SlowHandler(s).ServeHTTP)
 		return serve(t, r)
-	})
+	}, fields)
 }
 
 // TestConformanceUse runs the kit with the middleware registered with Use,
@@ -68,7 +79,7 @@ func TestConformance(t *testing.T) {
 // its budget. The route that throttled decisions name is the full pattern
 // all the same.
 func TestConformanceUse(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
 		r := chi.NewRouter()
 		r.Use(authenticate)
 		r.Use(tollgatechi.Middleware(s.Limiter, byTenant,
@@ -76,7 +87,8 @@ func TestConformanceUse(t *testing.T) {
 				// The reports, public, by-header and held routes
 				// have middleware of their own.
 				p := tollgatechi.RoutePattern(r)
-				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || p == "/slow-held" ||
+					strings.HasPrefix(p, "/reports/")
 			}),
 			tollgatehttp.WithCostFunc(func(r *http.Request) int64 {
 				if tollgatechi.RoutePattern(r) == "/costly" {
@@ -95,6 +107,7 @@ func TestConformanceUse(t *testing.T) {
 		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom"} {
 			r.Get(p, ok)
 		}
+		r.Get("/slow", adaptertest.SlowHandler(s).ServeHTTP)
 		r.Route("/reports", func(r chi.Router) {
 			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithBudget(s.Budget)))
 			r.Get("/{id}", ok)
@@ -111,8 +124,12 @@ func TestConformanceUse(t *testing.T) {
 			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0)))
 			r.Get("/held", ok)
 		})
+		r.Group(func(r chi.Router) {
+			r.Use(tollgatechi.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.SlotDelay, 0)))
+			r.Get("/slow-held", adaptertest.SlowHandler(s).ServeHTTP)
+		})
 		return serve(t, r)
-	})
+	}, fields)
 }
 
 func TestClientIP(t *testing.T) {

@@ -7,4 +7,6 @@ require (
 	github.com/tollgate-go/tollgate/core v0.0.0
 )
 
+require github.com/dunglas/httpsfv v1.1.2
+
 replace github.com/tollgate-go/tollgate/core => ../core

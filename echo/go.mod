@@ -3,6 +3,7 @@ module github.com/tollgate-go/tollgate/echo
 go 1.25.0
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/tollgate-go/tollgate/core v0.0.0
 )

@@ -10,10 +10,20 @@
 // tollgate.WithFailClosed, 401 when the request has no tenant, 400 when its
 // tenant ID is too long or holds a control character, and 500 when the
 // middleware or the Limiter is misconfigured (the cause is logged, not
-// sent). The error's Message is the JSON body (a json.Marshaler), which
-// Echo's default error handler sends as it is: {"error":"rate_limited",
-// "message":...,"retry_after":N,"policy":...} and the like, the body that
-// every tollgate adapter sends.
+// sent). The error's Message is the body (a json.Marshaler): RFC 9457
+// problem details, which Echo's default error handler sends as it is,
+// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+// "title":...,"status":429,"detail":...,"violated-policies":[...],
+// "error":"rate_limited","message":...,"retry_after":N,"policy":...} and
+// the like, the body that every tollgate adapter sends. The middleware
+// sets Content-Type: application/problem+json on the response before it
+// returns the error, which Echo's c.JSON keeps; an error handler that
+// renders the error otherwise, with c.String say, sets a Content-Type of
+// its own, which Echo would keep too.
+//
+// A request let through that holds a slot of an in-flight policy
+// (tollgate.Policy.InFlight) gives it back when the next handler returns,
+// panic or not.
 package tollgateecho
 
 import (
@@ -69,13 +79,20 @@ type Config struct {
 	// MaxDelay, if > 0, holds a request that its tenant's policies would
 	// allow within MaxDelay and then serves it, instead of answering 429:
 	// a client slightly over its rate is slowed down rather than
-	// bounced. A request that would wait longer is answered at once. See
+	// bounced, and one refused for want of an in-flight slot waits for
+	// one. A request that would wait longer is answered at once. See
 	// tollgatehttp.WithMaxDelay.
 	MaxDelay time.Duration
 
 	// MaxHeld bounds the requests of one tenant held at once under
 	// MaxDelay (0 means 16); past it, a request is answered at once.
 	MaxHeld int
+
+	// PartitionKeySecret, if set, makes every RateLimit item carry the
+	// draft's partition key (pk): a keyed hash of the tenant, never the
+	// tenant ID. A secret shorter than 16 bytes is a configuration error.
+	// See tollgatehttp.WithPartitionKey.
+	PartitionKeySecret []byte
 
 	// DenyHandler, if set, answers a denied request instead of the
 	// default *echo.HTTPError: 429 (or 503) with the body that
@@ -135,6 +152,8 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 		Budget:   c.Budget,
 		MaxDelay: c.MaxDelay,
 		MaxHeld:  c.MaxHeld,
+
+		PartitionKeySecret: c.PartitionKeySecret,
 	}, adapterkit.Framework{})
 	if err != nil {
 		return nil, err
@@ -173,13 +192,18 @@ func (m *limiter) serve(c echo.Context, next echo.HandlerFunc) error {
 	case a.MissingTenant() && m.cfg.MissingTenantHandler != nil:
 		return m.cfg.MissingTenantHandler(c, next)
 	}
-	// The error handler renders the body; the header keeps browsers from
-	// sniffing it as anything but JSON, as the other adapters' answers do.
-	c.Response().Header()["X-Content-Type-Options"] = nosniff
+	// The error handler renders the body, with the media type of problem
+	// details, which c.JSON keeps; the header keeps browsers from sniffing
+	// it as anything but that, as the other adapters' answers do.
+	h := c.Response().Header()
+	h["Content-Type"], h["X-Content-Type-Options"] = problemJSON, nosniff
 	return echo.NewHTTPError(a.Status, a.Body)
 }
 
-var nosniff = []string{"nosniff"}
+var (
+	nosniff     = []string{"nosniff"}
+	problemJSON = []string{adapterkit.ProblemContentType}
+)
 
 // TenantFromHeader returns a tenant function for Config.Tenant that reads
 // the request header name. Use it only behind a gateway that sets the header
@@ -219,6 +243,7 @@ func misconfigured(err error) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			// Internal reaches logs and error handlers; the default
 			// error handler sends only Message.
+			c.Response().Header()["Content-Type"] = problemJSON
 			return &echo.HTTPError{Code: http.StatusInternalServerError, Message: adapterkit.InternalErrorBody, Internal: err}
 		}
 	}

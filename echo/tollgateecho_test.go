@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/labstack/echo/v4"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -48,8 +49,23 @@ func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// fields parses header values with a parser of structured fields that is
+// not tollgate's.
+var fields = adaptertest.FieldParsers{
+	List: func(v string) error { _, err := httpsfv.UnmarshalList([]string{v}); return err },
+	Item: func(v string) error { _, err := httpsfv.UnmarshalItem([]string{v}); return err },
+}
+
+// slow is the handler of the kit's in-flight routes.
+func slow(s adaptertest.Setup) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		s.Slow(c.Request().Context(), c.Request().Header.Get(adaptertest.SlowHeader))
+		return c.String(http.StatusOK, "ok")
+	}
+}
+
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
 		cfg := tollgateecho.Config{Limiter: s.Limiter, Tenant: tollgateecho.TenantFromContext(tenantKey)}
 		with := func(edit func(*tollgateecho.Config)) echo.MiddlewareFunc {
 			c := cfg
@@ -75,8 +91,10 @@ func TestConformance(t *testing.T) {
 		e.GET("/reports/:id", ok, with(func(c *tollgateecho.Config) { c.Budget = s.Budget }))
 		e.GET("/by-header", ok, tollgateecho.Middleware(s.Limiter))
 		e.GET("/held", ok, with(func(c *tollgateecho.Config) { c.MaxDelay = adaptertest.HeldDelay }))
+		e.GET("/slow", slow(s), with(func(*tollgateecho.Config) {}))
+		e.GET("/slow-held", slow(s), with(func(c *tollgateecho.Config) { c.MaxDelay = adaptertest.SlotDelay }))
 		return serve(t, e)
-	})
+	}, fields)
 }
 
 // TestClientIP runs on a default Echo, whose c.RealIP believes
@@ -155,8 +173,9 @@ func TestRegistration(t *testing.T) {
 }
 
 // TestDefaultErrorHandler: the denial is an *echo.HTTPError that Echo's own
-// error handler renders as JSON, even in debug mode without internal text,
-// and without a body for HEAD.
+// error handler renders as problem details JSON, with the media type the
+// middleware set, even in debug mode without internal text, and without a
+// body for HEAD.
 func TestDefaultErrorHandler(t *testing.T) {
 	l, _, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(three))
 	e := newEcho()
@@ -169,12 +188,13 @@ func TestDefaultErrorHandler(t *testing.T) {
 	if w.Status != http.StatusTooManyRequests || w.Header.Get("Retry-After") != "1" {
 		t.Fatalf("status %d Retry-After %q, want 429 and 1", w.Status, w.Header.Get("Retry-After"))
 	}
-	if ct := w.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("Content-Type %q, want JSON", ct)
+	if ct := w.Header.Get("Content-Type"); ct != adapterkit.ProblemContentType {
+		t.Errorf("Content-Type %q, want %s", ct, adapterkit.ProblemContentType)
 	}
 	var body adapterkit.Body
-	if err := json.Unmarshal([]byte(w.Body), &body); err != nil || body.Error != adapterkit.CodeRateLimited || body.RetryAfter != 1 || body.Policy != "three" {
-		t.Errorf("body %q (%v), want rate_limited by three, with retry_after 1", w.Body, err)
+	if err := json.Unmarshal([]byte(w.Body), &body); err != nil || body.Error != adapterkit.CodeRateLimited || body.RetryAfter != 1 || body.Policy != "three" ||
+		body.Type != adapterkit.ProblemQuotaExceeded || body.Status != http.StatusTooManyRequests || body.Violated != "three" {
+		t.Errorf("body %q (%v), want quota-exceeded by three, with retry_after 1", w.Body, err)
 	}
 
 	w = adaptertest.Serve(e, "HEAD", "/items/42", "", "X-Tenant-ID", "acme")

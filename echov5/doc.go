@@ -14,8 +14,18 @@
 //
 // An *Error has the status code (echo.HTTPStatusCoder) and renders itself
 // as JSON (json.Marshaler), so echo.DefaultHTTPErrorHandler writes the
-// body every tollgate adapter sends, and echo.ProblemDetailsHTTPErrorHandler
-// an RFC 9457 problem (echo.ProblemErrorer). The fields of Config mean what
-// the options of tollgatehttp.Middleware of the same names mean, as in
-// every tollgate adapter (Skipper is WithSkip).
+// body every tollgate adapter sends: RFC 9457 problem details with the
+// violated policies, under the Content-Type application/problem+json that
+// the middleware sets before it returns the error (c.JSON keeps it; an
+// error handler that renders the error otherwise, with c.String say, sets
+// a Content-Type of its own, which Echo would keep too). With
+// echo.ProblemDetailsHTTPErrorHandler the answer is an echo.ProblemError
+// (echo.ProblemErrorer): the same type, title, status and detail, without
+// the extension members. The fields of Config mean what the options of
+// tollgatehttp.Middleware of the same names mean, as in every tollgate
+// adapter (Skipper is WithSkip).
+//
+// A request let through that holds a slot of an in-flight policy
+// (tollgate.Policy.InFlight) gives it back when the next handler returns,
+// panic or not.
 package tollgateechov5

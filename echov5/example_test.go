@@ -42,7 +42,7 @@ func ExampleMiddleware() {
 	// 200 "free";r=0;t=1
 	// 429 "free";r=0;t=1
 	// Retry-After: 1
-	// {"error":"rate_limited","message":"rate limit exceeded (free): retry in 1s","retry_after":1,"policy":"free"}
+	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"rate limit exceeded (free): retry in 1s","violated-policies":["free"],"error":"rate_limited","message":"rate limit exceeded (free): retry in 1s","retry_after":1,"policy":"free"}
 }
 
 // The tenant usually comes from the authenticated principal, which the

@@ -53,13 +53,20 @@ type Config struct {
 	// MaxDelay, if > 0, holds a request that its tenant's policies would
 	// allow within MaxDelay and then serves it, instead of answering 429:
 	// a client slightly over its rate is slowed down rather than
-	// bounced. A request that would wait longer is answered at once. See
+	// bounced, and one refused for want of an in-flight slot waits for
+	// one. A request that would wait longer is answered at once. See
 	// tollgatehttp.WithMaxDelay.
 	MaxDelay time.Duration
 
 	// MaxHeld bounds the requests of one tenant held at once under
 	// MaxDelay (0 means 16); past it, a request is answered at once.
 	MaxHeld int
+
+	// PartitionKeySecret, if set, makes every RateLimit item carry the
+	// draft's partition key (pk): a keyed hash of the tenant, never the
+	// tenant ID. A secret shorter than 16 bytes is a configuration error.
+	// See tollgatehttp.WithPartitionKey.
+	PartitionKeySecret []byte
 
 	// DenyHandler, if set, answers a denied request instead of the
 	// default *Error: 429 (or 503) with the body that
@@ -119,6 +126,8 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 		Budget:   c.Budget,
 		MaxDelay: c.MaxDelay,
 		MaxHeld:  c.MaxHeld,
+
+		PartitionKeySecret: c.PartitionKeySecret,
 	}, adapterkit.Framework{})
 	if err != nil {
 		return nil, err
@@ -158,13 +167,17 @@ func (m *limiter) serve(c *echo.Context, next echo.HandlerFunc) error {
 	case a.MissingTenant() && m.cfg.MissingTenantHandler != nil:
 		return m.cfg.MissingTenantHandler(c, next)
 	}
-	// The error handler renders the body; the header keeps browsers from
-	// sniffing it as anything but JSON, as the other adapters' answers do.
-	h["X-Content-Type-Options"] = nosniff
+	// The error handler renders the body, with the media type of problem
+	// details, which c.JSON keeps; the header keeps browsers from sniffing
+	// it as anything but that, as the other adapters' answers do.
+	h["Content-Type"], h["X-Content-Type-Options"] = problemJSON, nosniff
 	return &Error{Code: a.Status, Body: a.Body}
 }
 
-var nosniff = []string{"nosniff"}
+var (
+	nosniff     = []string{"nosniff"}
+	problemJSON = []string{adapterkit.ProblemContentType}
+)
 
 // An Error is what the middleware returns instead of calling the next
 // handler when it answers a request itself: a denial, a request without a
@@ -174,7 +187,7 @@ var nosniff = []string{"nosniff"}
 // returned.
 type Error struct {
 	Code     int             // the HTTP status: 429, 503, 401, 400 or 500
-	Body     adapterkit.Body // what to send, the JSON body of every tollgate adapter; never internal error text
+	Body     adapterkit.Body // what to send, the problem details body of every tollgate adapter; never internal error text
 	Internal error           // the configuration mistake of a 500, for logs; nil otherwise
 }
 
@@ -198,10 +211,12 @@ func (e *Error) Unwrap() error { return e.Internal }
 func (e *Error) MarshalJSON() ([]byte, error) { return e.Body.MarshalJSON() }
 
 // ProblemError returns e as an RFC 9457 problem, for
-// echo.ProblemDetailsHTTPErrorHandler: the status and, as the detail, the
-// body's message.
+// echo.ProblemDetailsHTTPErrorHandler: the body's type, title, status and,
+// as the detail, its message. echo.ProblemError has no extension members:
+// the violated policies and the other fields of the body that
+// MarshalJSON writes are not in it.
 func (e *Error) ProblemError() *echo.ProblemError {
-	return &echo.ProblemError{Status: e.Code, Detail: e.Body.Message}
+	return &echo.ProblemError{Type: e.Body.Type, Title: e.Body.Title, Status: e.Code, Detail: e.Body.Message}
 }
 
 // TenantFromHeader returns a tenant function for Config.Tenant that reads
@@ -239,7 +254,8 @@ func TenantFromClientIP(trustedProxies ...netip.Prefix) func(*echo.Context) stri
 func misconfigured(err error) echo.MiddlewareFunc {
 	adapterkit.LogMisconfiguration(err)
 	return func(echo.HandlerFunc) echo.HandlerFunc {
-		return func(*echo.Context) error {
+		return func(c *echo.Context) error {
+			c.Response().Header()["Content-Type"] = problemJSON
 			return &Error{Code: http.StatusInternalServerError, Body: adapterkit.InternalErrorBody, Internal: err}
 		}
 	}

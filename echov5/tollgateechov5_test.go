@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/labstack/echo/v5"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -46,8 +47,23 @@ func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 
 var byPrincipal = tollgateechov5.TenantFromContext(tenantKey)
 
+// fields parses header values with a parser of structured fields that is
+// not tollgate's.
+var fields = adaptertest.FieldParsers{
+	List: func(v string) error { _, err := httpsfv.UnmarshalList([]string{v}); return err },
+	Item: func(v string) error { _, err := httpsfv.UnmarshalItem([]string{v}); return err },
+}
+
+// slow is the handler of the kit's in-flight routes.
+func slow(s adaptertest.Setup) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		s.Slow(c.Request().Context(), c.Request().Header.Get(adaptertest.SlowHeader))
+		return c.String(http.StatusOK, "ok")
+	}
+}
+
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
 		cfg := tollgateechov5.Config{Limiter: s.Limiter, Tenant: byPrincipal}
 		with := func(change func(*tollgateechov5.Config)) echo.MiddlewareFunc {
 			c := cfg
@@ -73,8 +89,10 @@ func TestConformance(t *testing.T) {
 		e.GET("/reports/:id", ok, with(func(c *tollgateechov5.Config) { c.Budget = s.Budget }))
 		e.GET("/by-header", ok, tollgateechov5.Middleware(s.Limiter))
 		e.GET("/held", ok, with(func(c *tollgateechov5.Config) { c.MaxDelay = adaptertest.HeldDelay }))
+		e.GET("/slow", slow(s), with(func(*tollgateechov5.Config) {}))
+		e.GET("/slow-held", slow(s), with(func(c *tollgateechov5.Config) { c.MaxDelay = adaptertest.SlotDelay }))
 		return serve(t, e)
-	})
+	}, fields)
 }
 
 // newLimiter returns a Limiter of burst requests per tenant, refilled at
@@ -158,9 +176,13 @@ func TestErrorHandler(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.body), &body); err != nil || r.status != http.StatusTooManyRequests {
 			t.Fatalf("status %d body %q: %v", r.status, r.body, err)
 		}
-		want := adapterkit.Body{Error: adapterkit.CodeRateLimited, Message: "rate limit exceeded (test): retry in 60s", RetryAfter: 60, Policy: "test"}
+		want := adapterkit.Body{Error: adapterkit.CodeRateLimited, Message: "rate limit exceeded (test): retry in 60s", RetryAfter: 60, Policy: "test",
+			Type: adapterkit.ProblemQuotaExceeded, Title: adapterkit.TitleQuotaExceeded, Status: http.StatusTooManyRequests, Violated: "test"}
 		if body != want {
 			t.Errorf("body %+v, want %+v", body, want)
+		}
+		if got := r.header.Get("Content-Type"); got != adapterkit.ProblemContentType {
+			t.Errorf("Content-Type = %q, want %s", got, adapterkit.ProblemContentType)
 		}
 		if got := r.header.Get("X-Content-Type-Options"); got != "nosniff" {
 			t.Errorf("X-Content-Type-Options = %q, want nosniff", got)
@@ -182,7 +204,8 @@ func TestErrorHandler(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.body), &problem); err != nil {
 			t.Fatal(err)
 		}
-		if problem["status"] != float64(429) || problem["detail"] != "rate limit exceeded (test): retry in 60s" {
+		if problem["status"] != float64(429) || problem["detail"] != "rate limit exceeded (test): retry in 60s" ||
+			problem["type"] != adapterkit.ProblemQuotaExceeded || problem["title"] != adapterkit.TitleQuotaExceeded {
 			t.Errorf("problem %v", problem)
 		}
 		if r.header.Get("Retry-After") != "60" {

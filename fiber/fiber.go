@@ -8,9 +8,13 @@
 //
 // It sets the rate-limit headers on every limited response, answers a denied
 // request with 429 (or 503 under tollgate.WithFailClosed when the store is
-// down) and a JSON body through c.JSON, a request without a tenant with 401
-// and one whose tenant ID is too long or holds a control character with
-// 400, and passes allowed requests on with c.Next. The fields mean what the
+// down) and an RFC 9457 problem details body through c.JSON (Content-Type
+// application/problem+json), a request without a tenant with 401 and one
+// whose tenant ID is too long or holds a control character with 400, and
+// passes allowed requests on with c.Next. A request that holds a slot of an
+// in-flight policy (tollgate.Policy.InFlight) gives it back when c.Next
+// returns, panic or not: a panic must still be recovered, by Fiber's
+// recover middleware registered before this one. The fields mean what the
 // options of tollgatehttp.Middleware of the same names mean, as in every
 // tollgate adapter (Next is WithSkip, LimitReached WithDenyHandler).
 //
@@ -73,7 +77,8 @@ type Config struct {
 	// MaxDelay, if > 0, holds a request that its tenant's policies would
 	// allow within MaxDelay and then serves it, instead of answering 429:
 	// a client slightly over its rate is slowed down rather than
-	// bounced. A request that would wait longer is answered at once. See
+	// bounced, and one refused for want of an in-flight slot waits for
+	// one. A request that would wait longer is answered at once. See
 	// tollgatehttp.WithMaxDelay. Fiber's request context (c.UserContext)
 	// does not end when the client goes away, so a held request is
 	// served at its time even then.
@@ -83,9 +88,15 @@ type Config struct {
 	// MaxDelay (0 means 16); past it, a request is answered at once.
 	MaxHeld int
 
+	// PartitionKeySecret, if set, makes every RateLimit item carry the
+	// draft's partition key (pk): a keyed hash of the tenant, never the
+	// tenant ID. A secret shorter than 16 bytes is a configuration error.
+	// See tollgatehttp.WithPartitionKey.
+	PartitionKeySecret []byte
+
 	// LimitReached answers a denied request (default: 429, or 503, with
-	// the JSON body of every tollgate adapter through c.JSON). The
-	// rate-limit headers, Retry-After included, are already set.
+	// the problem details body of every tollgate adapter through c.JSON).
+	// The rate-limit headers, Retry-After included, are already set.
 	LimitReached func(c *fiber.Ctx, d tollgate.Decision) error
 
 	// MissingTenant answers a request without a tenant (default: 401 with
@@ -121,11 +132,13 @@ func New(config ...Config) fiber.Handler {
 		Budget:   cfg.Budget,
 		MaxDelay: cfg.MaxDelay,
 		MaxHeld:  cfg.MaxHeld,
+
+		PartitionKeySecret: cfg.PartitionKeySecret,
 	}, adapterkit.Framework{CopyTenant: true})
 	if err != nil {
 		adapterkit.LogMisconfiguration(err)
 		return func(c *fiber.Ctx) error {
-			return c.Status(http.StatusInternalServerError).JSON(adapterkit.InternalErrorBody)
+			return c.Status(http.StatusInternalServerError).JSON(adapterkit.InternalErrorBody, adapterkit.ProblemContentType)
 		}
 	}
 	return func(c *fiber.Ctx) error { return cfg.handle(h, c) }
@@ -155,7 +168,7 @@ func (cfg *Config) handle(h *adapterkit.Handler[*fiber.Ctx], c *fiber.Ctx) error
 		return cfg.LimitReached(c, a.Decision)
 	}
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
-	return c.Status(a.Status).JSON(a.Body)
+	return c.Status(a.Status).JSON(a.Body, adapterkit.ProblemContentType)
 }
 
 // method returns m as one of the net/http constants, which outlive the

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adapterkit"
@@ -54,7 +56,10 @@ func newApp(cfg ...fiber.Config) *fiber.App {
 		c = cfg[0]
 	}
 	c.DisableStartupMessage = true
-	return fiber.New(c)
+	app := fiber.New(c)
+	// fasthttp recovers from no panic: a handler's would end the process.
+	app.Use(recover.New())
+	return app
 }
 
 // authenticate is the kit's authentication in Fiber's idiom: the tenant
@@ -70,9 +75,24 @@ func authenticate(c *fiber.Ctx) error {
 
 var byTenant = tollgatefiber.TenantFromContext(adaptertest.TenantKey{})
 
+// fields parses header values with a parser of structured fields that is
+// not tollgate's.
+var fields = adaptertest.FieldParsers{
+	List: func(v string) error { _, err := httpsfv.UnmarshalList([]string{v}); return err },
+	Item: func(v string) error { _, err := httpsfv.UnmarshalItem([]string{v}); return err },
+}
+
+// slow is the handler of the kit's in-flight routes.
+func slow(s adaptertest.Setup) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		s.Slow(c.UserContext(), c.Get(adaptertest.SlowHeader))
+		return c.SendString("ok")
+	}
+}
+
 // TestConformance runs the kit with the middleware on each route.
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
 		limit := tollgatefiber.New(tollgatefiber.Config{
 			Limiter: s.Limiter,
 			Tenant:  byTenant,
@@ -88,15 +108,17 @@ func TestConformance(t *testing.T) {
 		app.Get("/reports/:id", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, Budget: s.Budget}), ok)
 		app.Get("/by-header", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter}), ok)
 		app.Get("/held", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MaxDelay: adaptertest.HeldDelay}), ok)
+		app.Get("/slow", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant}), slow(s))
+		app.Get("/slow-held", tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MaxDelay: adaptertest.SlotDelay}), slow(s))
 		return serve(t, app)
-	})
+	}, fields)
 }
 
 // TestConformanceUse runs the kit with the middleware registered with Use:
 // one for the app, which goes by the path for costs and the custom denial,
 // one for the reports group with its budget, and one for /by-header.
 func TestConformanceUse(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
 		app := newApp()
 		app.Use(authenticate)
 		app.Use(tollgatefiber.New(tollgatefiber.Config{
@@ -106,7 +128,8 @@ func TestConformanceUse(t *testing.T) {
 				// The reports, public, by-header and held routes
 				// have middleware of their own.
 				p := c.Path()
-				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || p == "/slow-held" ||
+					strings.HasPrefix(p, "/reports/")
 			},
 			CostFunc: func(c *fiber.Ctx) int64 {
 				if c.Path() == "/costly" {
@@ -119,12 +142,13 @@ func TestConformanceUse(t *testing.T) {
 					return teapot(c, d)
 				}
 				status, body := adapterkit.Denial(&d)
-				return c.Status(status).JSON(body)
+				return c.Status(status).JSON(body, adapterkit.ProblemContentType)
 			},
 		}))
 		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom"} {
 			app.Get(p, ok)
 		}
+		app.Get("/slow", slow(s))
 		reports := app.Group("/reports")
 		reports.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, Budget: s.Budget}))
 		reports.Get("/:id", ok)
@@ -137,8 +161,11 @@ func TestConformanceUse(t *testing.T) {
 		held := app.Group("/held")
 		held.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MaxDelay: adaptertest.HeldDelay}))
 		held.Get("", ok)
+		slowHeld := app.Group("/slow-held")
+		slowHeld.Use(tollgatefiber.New(tollgatefiber.Config{Limiter: s.Limiter, Tenant: byTenant, MaxDelay: adaptertest.SlotDelay}))
+		slowHeld.Get("", slow(s))
 		return serve(t, app)
-	})
+	}, fields)
 }
 
 // TestClientIP runs on an app that believes X-Forwarded-For from any peer

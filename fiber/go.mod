@@ -3,6 +3,7 @@ module github.com/tollgate-go/tollgate/fiber
 go 1.25
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/tollgate-go/tollgate/core v0.0.0
 )

@@ -8,7 +8,8 @@
 //
 // It sets the rate-limit headers on every limited response, straight into
 // fasthttp's response header, and either passes the request on with c.Next
-// or answers it with c.JSON: 429 when a policy of the tenant's plan is
+// or answers it with c.JSON, an RFC 9457 problem details body
+// (application/problem+json): 429 when a policy of the tenant's plan is
 // exhausted, 503 when the store is down under tollgate.WithFailClosed, 401
 // when the request has no tenant, 400 when its tenant ID is too long or
 // holds a control character, and 500 when the middleware or the Limiter
@@ -16,6 +17,10 @@
 // mean what the options of tollgatehttp.Middleware of the same names mean,
 // as in every tollgate adapter (Next is WithSkip, LimitReached
 // WithDenyHandler).
+//
+// A request that holds a slot of an in-flight policy (tollgate.Policy.InFlight)
+// gives it back when c.Next returns, panic or not: a panic must still be
+// recovered, by Fiber's recover middleware registered before this one.
 //
 // Fiber reuses the memory behind the strings it hands out once a request
 // ends. The middleware copies the tenant ID before the Limiter sees it, so

@@ -3,6 +3,7 @@ module github.com/tollgate-go/tollgate/fiberv3
 go 1.25.0
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/tollgate-go/tollgate/core v0.0.0
 	github.com/valyala/fasthttp v1.69.0

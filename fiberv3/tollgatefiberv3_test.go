@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/recover"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adapterkit"
@@ -62,15 +64,38 @@ func authenticate(c fiber.Ctx) error {
 
 var byPrincipal = tollgatefiberv3.TenantFromContext(adaptertest.TenantKey{})
 
+// fields parses header values with a parser of structured fields that is
+// not tollgate's.
+var fields = adaptertest.FieldParsers{
+	List: func(v string) error { _, err := httpsfv.UnmarshalList([]string{v}); return err },
+	Item: func(v string) error { _, err := httpsfv.UnmarshalItem([]string{v}); return err },
+}
+
+// slow is the handler of the kit's in-flight routes.
+func slow(s adaptertest.Setup) fiber.Handler {
+	return func(c fiber.Ctx) error {
+		s.Slow(c.Context(), c.Get(adaptertest.SlowHeader))
+		return c.SendString("ok")
+	}
+}
+
+// newApp returns an app that recovers from panics, which fasthttp does not:
+// a handler's would end the process.
+func newApp() *fiber.App {
+	app := fiber.New()
+	app.Use(recover.New())
+	return app
+}
+
 // TestConformance runs the kit with the middleware on each route.
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
 		limit := tollgatefiberv3.New(tollgatefiberv3.Config{
 			Limiter: s.Limiter,
 			Tenant:  byPrincipal,
 			Next:    func(c fiber.Ctx) bool { return c.Path() == "/skipped" },
 		})
-		app := fiber.New()
+		app := newApp()
 		app.Use(authenticate)
 		app.Get("/limited", limit, ok)
 		app.Get("/skipped", limit, ok)
@@ -80,28 +105,32 @@ func TestConformance(t *testing.T) {
 		app.Get("/reports/:id", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: s.Budget}), ok)
 		app.Get("/by-header", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter}), ok)
 		app.Get("/held", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MaxDelay: adaptertest.HeldDelay}), ok)
+		app.Get("/slow", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal}), slow(s))
+		app.Get("/slow-held", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MaxDelay: adaptertest.SlotDelay}), slow(s))
 		return serve(t, app)
-	})
+	}, fields)
 }
 
 // TestConformanceUse runs the kit with the middleware registered with
 // app.Use: one for the whole app, told the routes apart by path, and one
 // for each prefix that needs a configuration of its own.
 func TestConformanceUse(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
-		app := fiber.New()
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
+		app := newApp()
 		app.Use(authenticate)
 		// Under app.Use the route is named by the prefix, "/reports".
 		app.Use("/reports", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, Budget: s.Budget}))
 		app.Use("/public", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MissingTenant: next}))
 		app.Use("/by-header", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter}))
 		app.Use("/held", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MaxDelay: adaptertest.HeldDelay}))
+		app.Use("/slow-held", tollgatefiberv3.New(tollgatefiberv3.Config{Limiter: s.Limiter, Tenant: byPrincipal, MaxDelay: adaptertest.SlotDelay}))
 		app.Use(tollgatefiberv3.New(tollgatefiberv3.Config{
 			Limiter: s.Limiter,
 			Tenant:  byPrincipal,
 			Next: func(c fiber.Ctx) bool {
 				p := c.Path()
-				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || strings.HasPrefix(p, "/reports/")
+				return p == "/skipped" || p == "/public" || p == "/by-header" || p == "/held" || p == "/slow-held" ||
+					strings.HasPrefix(p, "/reports/")
 			},
 			CostFunc: func(c fiber.Ctx) int64 {
 				if c.Path() == "/costly" {
@@ -114,14 +143,16 @@ func TestConformanceUse(t *testing.T) {
 					return teapot(c, d)
 				}
 				status, body := adapterkit.Denial(&d)
-				return c.Status(status).JSON(body)
+				return c.Status(status).JSON(body, adapterkit.ProblemContentType)
 			},
 		}))
 		for _, p := range []string{"/limited", "/skipped", "/costly", "/custom", "/public", "/reports/:id", "/by-header", "/held"} {
 			app.Get(p, ok)
 		}
+		app.Get("/slow", slow(s))
+		app.Get("/slow-held", slow(s))
 		return serve(t, app)
-	})
+	}, fields)
 }
 
 // newLimiter returns a Limiter of burst requests per tenant, refilled at
@@ -287,7 +318,7 @@ func TestDenialHeaders(t *testing.T) {
 			t.Errorf("%s = %q, want [%q]", name, got, want)
 		}
 	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("Content-Type %q, want JSON", ct)
+	if ct := resp.Header.Get("Content-Type"); ct != adapterkit.ProblemContentType {
+		t.Errorf("Content-Type %q, want %s", ct, adapterkit.ProblemContentType)
 	}
 }

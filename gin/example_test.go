@@ -41,7 +41,7 @@ func ExampleNew() {
 	// 200 "free";r=0;t=1
 	// 429 "free";r=0;t=1
 	// Retry-After: 1
-	// {"error":"rate_limited","message":"rate limit exceeded (free): retry in 1s","retry_after":1,"policy":"free"}
+	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"rate limit exceeded (free): retry in 1s","violated-policies":["free"],"error":"rate_limited","message":"rate limit exceeded (free): retry in 1s","retry_after":1,"policy":"free"}
 }
 
 // The tenant usually comes from the authenticated principal, which the
@@ -91,9 +91,9 @@ func ExampleWithBudget() {
 	fmt.Println(w.Code, w.Body.String())
 	// Output:
 	// 429 "team";q=100;w=50, "team-reports";q=50;w=3600
-	// {"error":"rate_limited","message":"rate limit exceeded (team-reports): retry in 720s","retry_after":720,"policy":"team-reports"}
+	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"rate limit exceeded (team-reports): retry in 720s","violated-policies":["team-reports"],"error":"rate_limited","message":"rate limit exceeded (team-reports): retry in 720s","retry_after":720,"policy":"team-reports"}
 	// 200 "team";r=49;t=1
-	// 401 {"error":"missing_tenant","message":"no tenant: authenticate first"}
+	// 401 {"type":"about:blank","title":"Unauthorized","status":401,"detail":"no tenant: authenticate first","error":"missing_tenant","message":"no tenant: authenticate first"}
 }
 
 // Anonymous clients are keyed by address. X-Forwarded-For is believed only

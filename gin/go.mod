@@ -3,6 +3,7 @@ module github.com/tollgate-go/tollgate/gin
 go 1.25.0
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/gin-gonic/gin v1.12.0
 	github.com/tollgate-go/tollgate/core v0.0.0
 )

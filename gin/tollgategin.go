@@ -4,11 +4,16 @@
 // New returns a gin.HandlerFunc to register on an engine, a group or a single
 // route. For every limited request it sets the rate-limit response headers
 // and either lets the request through or aborts the chain with the
-// Limiter's answer as JSON: 429 when a policy of the tenant's plan is
-// exhausted, 503 when the store is down under tollgate.WithFailClosed, 401
-// when the request has no tenant, 400 when its tenant ID is too long or
-// holds a control character, and 500 when the middleware or the Limiter is
-// misconfigured (the cause is logged, not sent).
+// Limiter's answer as RFC 9457 problem details (application/problem+json):
+// 429 when a policy of the tenant's plan is exhausted, 503 when the store
+// is down under tollgate.WithFailClosed, 401 when the request has no
+// tenant, 400 when its tenant ID is too long or holds a control character,
+// and 500 when the middleware or the Limiter is misconfigured (the cause is
+// logged, not sent).
+//
+// A request let through runs the rest of the chain inside the handler
+// (c.Next), so that a slot of an in-flight policy (tollgate.Policy.InFlight)
+// that it holds goes back when the chain returns, panic or not.
 //
 // The options mean what the options of tollgatehttp.Middleware of the same
 // names mean, as in every tollgate adapter, and may come in any order.
@@ -78,11 +83,20 @@ func WithBudget(name string) Option {
 
 // WithMaxDelay holds a request that its tenant's policies would allow
 // within d and then serves it, instead of answering 429: a client slightly
-// over its rate is slowed down rather than bounced. At most maxHeld
-// requests of one tenant are held at once (0 means 16); past that, or past
-// d, a request is answered at once. See tollgatehttp.WithMaxDelay.
+// over its rate is slowed down rather than bounced, and one refused for
+// want of an in-flight slot waits for one. At most maxHeld requests of one
+// tenant are held at once (0 means 16); past that, or past d, a request is
+// answered at once. See tollgatehttp.WithMaxDelay.
 func WithMaxDelay(d time.Duration, maxHeld int) Option {
 	return func(m *config) { m.spec.MaxDelay, m.spec.MaxHeld = d, maxHeld }
+}
+
+// WithPartitionKey makes every RateLimit item carry the draft's partition
+// key (pk): a keyed hash of the tenant, never the tenant ID. A secret
+// shorter than 16 bytes is a configuration error, handled as a nil Limiter
+// is. See tollgatehttp.WithPartitionKey.
+func WithPartitionKey(secret []byte) Option {
+	return func(m *config) { m.spec.PartitionKeySecret = secret }
 }
 
 // WithDenyHandler replaces the answer to a denied request (default
@@ -95,7 +109,7 @@ func WithDenyHandler(fn func(c *gin.Context, d tollgate.Decision)) Option {
 }
 
 // WithMissingTenantHandler replaces the answer to a request without a tenant
-// (default 401 with a JSON body whose error is "missing_tenant"). fn either answers and
+// (default 401 with a problem details body whose error is "missing_tenant"). fn either answers and
 // aborts the chain, or returns without aborting, which lets the request
 // through unlimited.
 func WithMissingTenantHandler(fn gin.HandlerFunc) Option {
@@ -136,8 +150,9 @@ func TenantFromClientIP(trustedProxies ...netip.Prefix) func(*gin.Context) strin
 // New returns gin middleware that limits each request with l. It sets the
 // rate-limit headers on every limited response, aborts a denied request with
 // 429 (or 503 under tollgate.WithFailClosed while the store is down) and a
-// JSON body naming the retry time, and lets allowed requests go on down the
-// chain. The Limiter's store is called with c.Request.Context().
+// problem details body naming the retry time, and runs the rest of the
+// chain for allowed requests. The Limiter's store is called with
+// c.Request.Context().
 //
 // A nil l is a configuration error: New does not panic, but logs the error
 // and returns a handler that answers every request with 500. So is a
@@ -165,9 +180,13 @@ func (m *config) handle(c *gin.Context) {
 	if a == nil {
 		return
 	}
+	// Released when the rest of the chain has run, panic or not: the
+	// request's slot of an in-flight policy, if it holds one, goes back
+	// then.
 	defer a.Release()
 	switch {
 	case a.Status == 0:
+		c.Next()
 		return
 	case a.Denied() && m.deny != nil:
 		c.Abort()
@@ -177,11 +196,16 @@ func (m *config) handle(c *gin.Context) {
 		m.missingTenant(c)
 		return
 	}
-	c.Writer.Header()["X-Content-Type-Options"] = nosniff
+	// gin keeps a Content-Type that is set already.
+	h := c.Writer.Header()
+	h["Content-Type"], h["X-Content-Type-Options"] = problemJSON, nosniff
 	c.AbortWithStatusJSON(a.Status, a.Body)
 }
 
-var nosniff = []string{"nosniff"}
+var (
+	nosniff     = []string{"nosniff"}
+	problemJSON = []string{adapterkit.ProblemContentType}
+)
 
 // misconfigured logs err now, at start-up, and returns a handler that
 // answers every request with 500, so that a configuration mistake is loud in
@@ -191,6 +215,7 @@ func misconfigured(err error) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		// c.Errors reaches gin's logger, never the client.
 		_ = c.Error(err)
+		c.Writer.Header()["Content-Type"] = problemJSON
 		c.AbortWithStatusJSON(http.StatusInternalServerError, adapterkit.InternalErrorBody)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/gin-gonic/gin"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -37,8 +38,23 @@ func authenticate(c *gin.Context) {
 	}
 }
 
+// fields parses header values with a parser of structured fields that is
+// not tollgate's.
+var fields = adaptertest.FieldParsers{
+	List: func(v string) error { _, err := httpsfv.UnmarshalList([]string{v}); return err },
+	Item: func(v string) error { _, err := httpsfv.UnmarshalItem([]string{v}); return err },
+}
+
+// slow is the handler of the kit's in-flight routes.
+func slow(s adaptertest.Setup) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		s.Slow(c.Request.Context(), c.GetHeader(adaptertest.SlowHeader))
+		c.String(http.StatusOK, "ok")
+	}
+}
+
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) string {
+	adaptertest.RunWith(t, func(t *testing.T, s adaptertest.Setup) string {
 		byTenant := tollgategin.WithTenant(tollgategin.TenantFromContext(adaptertest.TenantKey{}))
 		limit := tollgategin.New(s.Limiter, byTenant, tollgategin.WithSkip(func(c *gin.Context) bool {
 			return c.FullPath() == "/skipped"
@@ -55,8 +71,10 @@ func TestConformance(t *testing.T) {
 		r.GET("/reports/:id", tollgategin.New(s.Limiter, tollgategin.WithBudget(s.Budget), byTenant), ok)
 		r.GET("/by-header", tollgategin.New(s.Limiter), ok)
 		r.GET("/held", tollgategin.New(s.Limiter, byTenant, tollgategin.WithMaxDelay(adaptertest.HeldDelay, 0)), ok)
+		r.GET("/slow", tollgategin.New(s.Limiter, byTenant), slow(s))
+		r.GET("/slow-held", tollgategin.New(s.Limiter, byTenant, tollgategin.WithMaxDelay(adaptertest.SlotDelay, 0)), slow(s))
 		return serve(t, r)
-	})
+	}, fields)
 }
 
 // TestClientIP runs on a default engine, which believes X-Forwarded-For

@@ -2,6 +2,7 @@ package tollgategrpc
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adapterkit"
 )
 
@@ -27,8 +29,8 @@ func statusOf(a *adapterkit.Answer) error {
 		// RetryAfter is Retry-After's whole seconds, so that clients of
 		// either protocol wait the same.
 		retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(a.Body.RetryAfter) * time.Second)}
-		if withRetry, err := st.WithDetails(retry); err == nil {
-			st = withRetry
+		if withDetails, err := st.WithDetails(retry, quotaFailure(&a.Decision)); err == nil {
+			st = withDetails
 		}
 		return st.Err()
 	case adapterkit.CodeUnavailable:
@@ -39,6 +41,35 @@ func statusOf(a *adapterkit.Answer) error {
 		return status.Error(codes.InvalidArgument, a.Body.Message)
 	}
 	return errInternal
+}
+
+// quotaFailure names the policies that denied d, as the HTTP answer's
+// violated-policies does: each with its capacity and its unit, the
+// draft's quota unit. The subject is the caller's tenant, not named: its
+// ID is the service's to show.
+func quotaFailure(d *tollgate.Decision) *errdetails.QuotaFailure {
+	qf := &errdetails.QuotaFailure{}
+	policies, results := d.Policies(), d.Results()
+	for i := range results {
+		if results[i].Allowed || i >= len(policies) {
+			continue
+		}
+		p := &policies[i]
+		v := &errdetails.QuotaFailure_Violation{Subject: "tenant", QuotaId: p.Name, QuotaMetric: "requests"}
+		switch {
+		case p.InFlight > 0:
+			v.QuotaMetric, v.QuotaValue = adapterkit.UnitConcurrentRequests, p.InFlight
+			v.Description = "too many requests in flight: " + p.Name + " allows " + strconv.FormatInt(p.InFlight, 10) + " at once"
+		case !p.Quota.IsZero():
+			v.QuotaValue = p.Quota.Tokens
+			v.Description = "quota exhausted: " + p.Name + " allows " + strconv.FormatInt(p.Quota.Tokens, 10) + " tokens a period"
+		default:
+			v.QuotaValue = p.Limit.Burst
+			v.Description = "rate limit exceeded: " + p.Name + " allows a burst of " + strconv.FormatInt(p.Limit.Burst, 10) + " tokens"
+		}
+		qf.Violations = append(qf.Violations, v)
+	}
+	return qf
 }
 
 // The metadata keys of the rate-limit fields: the HTTP header names,

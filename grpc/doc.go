@@ -16,7 +16,11 @@
 //
 // A unary call is limited before its handler runs. A stream is limited once,
 // when it opens, at the cost of its method: the messages sent on it later
-// take nothing, so a long-lived stream should cost what it is worth.
+// take nothing, so a long-lived stream should cost what it is worth. A call
+// that takes a slot of an in-flight policy (tollgate.Policy.InFlight)
+// holds it until its handler returns (a stream: until it ends), whether it
+// returns, panics or is cancelled; a panic goes on to the interceptor that
+// recovers from it, which gRPC does not install by default.
 //
 // The route of a call, in logs and metrics, is its full method name
 // ("/reports.v1.Reports/Create"); the default tenant is the incoming
@@ -36,7 +40,11 @@
 //
 //   - codes.ResourceExhausted when a policy of the tenant's plan is
 //     exhausted, with a google.rpc.RetryInfo detail whose retry delay is
-//     retry-after's whole seconds, and a message naming the policy;
+//     retry-after's whole seconds, a google.rpc.QuotaFailure detail with a
+//     violation for each policy that denied (its name as the quota_id, its
+//     unit, "requests" or "concurrent-requests", as the quota_metric, its
+//     burst, quota or slots as the quota_value, and the subject "tenant":
+//     the tenant ID is not sent), and a message naming the policy;
 //   - codes.Unavailable when the store is down under
 //     tollgate.WithFailClosed;
 //   - codes.Unauthenticated when the call has no tenant;

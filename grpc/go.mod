@@ -3,6 +3,7 @@ module github.com/tollgate-go/tollgate/grpc
 go 1.26.0
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/tollgate-go/tollgate/core v0.0.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0

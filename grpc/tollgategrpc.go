@@ -118,10 +118,19 @@ func WithMethodBudgets(budgets map[string]string) Option {
 	}
 }
 
+// WithPartitionKey makes every ratelimit item carry the draft's partition
+// key (pk): a keyed hash of the tenant, never the tenant ID. A secret
+// shorter than 16 bytes is a configuration error, as a nil Limiter is. See
+// tollgatehttp.WithPartitionKey.
+func WithPartitionKey(secret []byte) Option {
+	return func(c *config) { c.spec.PartitionKeySecret = secret }
+}
+
 // WithMaxDelay holds a call that its tenant's policies would allow within
 // d, before its handler runs, and then lets it through, instead of
 // refusing it with codes.ResourceExhausted: a client slightly over its
-// rate is slowed down rather than sent back to retry. At most maxHeld calls
+// rate is slowed down rather than sent back to retry, and a call refused
+// for want of an in-flight slot waits for one. At most maxHeld calls
 // of one tenant are held at once (0 means 16); past that, past d, or past
 // the call's own deadline, a call is decided at once. A call cancelled
 // while held gives its tokens back. The header metadata describes the
@@ -259,9 +268,10 @@ func (ic *interceptor) handlerFor(fullMethod string) *adapterkit.Handler[call] {
 }
 
 // decide decides on a call of fullMethod and returns the header metadata to
-// send (nil for none) and the status error that refuses the call (nil to
-// let it through).
-func (ic *interceptor) decide(ctx context.Context, fullMethod string) (headers metadata.MD, refusal error) {
+// send (nil for none), the answer, to release when the call ends (nil if
+// the call was exempted), and the status error that refuses the call (nil
+// to let it through).
+func (ic *interceptor) decide(ctx context.Context, fullMethod string) (headers metadata.MD, a *adapterkit.Answer, refusal error) {
 	// Every gRPC call is an HTTP/2 POST, which is what logs and metrics
 	// report as its method; its route is its full method name.
 	var fields metadataFields
@@ -269,15 +279,22 @@ func (ic *interceptor) decide(ctx context.Context, fullMethod string) (headers m
 	if ic.defaultTenant {
 		kc.Tenant = metadataValue(ctx, keyTenant)
 	}
-	a := ic.handlerFor(fullMethod).Decide(call{ctx: ctx, method: fullMethod}, &kc, adapterkit.Headers{Set: fields.set})
+	a = ic.handlerFor(fullMethod).Decide(call{ctx: ctx, method: fullMethod}, &kc, adapterkit.Headers{Set: fields.set})
 	if a == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	defer a.Release()
 	if a.Status != 0 {
 		refusal = statusOf(a)
 	}
-	return fields.md, refusal
+	return fields.md, a, refusal
+}
+
+// release hands a back when the call has ended, which gives back its slot
+// of an in-flight policy, if it holds one.
+func release(a *adapterkit.Answer) {
+	if a != nil {
+		a.Release()
+	}
 }
 
 // UnaryServerInterceptor returns an interceptor that limits each unary call
@@ -295,7 +312,9 @@ func UnaryServerInterceptor(l *tollgate.Limiter, opts ...Option) grpc.UnaryServe
 		}
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, refusal := ic.decide(ctx, info.FullMethod)
+		md, a, refusal := ic.decide(ctx, info.FullMethod)
+		// When the handler has returned, or panicked.
+		defer release(a)
 		if md != nil {
 			// It fails only when the headers are gone already, which
 			// an interceptor that runs first can not have caused; the
@@ -311,8 +330,9 @@ func UnaryServerInterceptor(l *tollgate.Limiter, opts ...Option) grpc.UnaryServe
 
 // StreamServerInterceptor returns an interceptor that limits each stream
 // with l once, when it opens, before its handler runs: the messages sent on
-// it afterwards take nothing. Otherwise it is UnaryServerInterceptor's
-// counterpart, configuration errors included.
+// it afterwards take nothing, and a slot of an in-flight policy that it
+// takes is held until the stream ends. Otherwise it is
+// UnaryServerInterceptor's counterpart, configuration errors included.
 func StreamServerInterceptor(l *tollgate.Limiter, opts ...Option) grpc.StreamServerInterceptor {
 	ic, err := newInterceptor(l, opts)
 	if err != nil {
@@ -322,7 +342,10 @@ func StreamServerInterceptor(l *tollgate.Limiter, opts ...Option) grpc.StreamSer
 		}
 	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, refusal := ic.decide(ss.Context(), info.FullMethod)
+		md, a, refusal := ic.decide(ss.Context(), info.FullMethod)
+		// When the stream has ended: its handler has returned, or
+		// panicked.
+		defer release(a)
 		if md != nil {
 			_ = ss.SetHeader(md)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -303,5 +304,46 @@ func TestMaxDelayKeepsToTheCallDeadline(t *testing.T) {
 	// the first call left.
 	if code, took := call(5 * time.Second); code != codes.OK || took > 700*time.Millisecond {
 		t.Fatalf("a call with room to wait: %v after %v, want OK within the 500ms slot", code, took)
+	}
+}
+
+// TestMetadataIsStructuredFields: every rate-limit value of an allowed and
+// a refused call, in-flight policy included, parses with a parser of RFC
+// 9651 structured fields that is not tollgate's.
+func TestMetadataIsStructuredFields(t *testing.T) {
+	plan := tollgate.Plan{Name: "plan", Limit: tollgate.Limit{Rate: 1, Burst: 1}, Policies: []tollgate.Policy{{InFlight: 2}}}
+	l, _, _ := adaptertest.NewLimiter(t, tollgate.SinglePlan(plan))
+	conn := grpctest.Serve(t, grpc.ChainUnaryInterceptor(tollgategrpc.UnaryServerInterceptor(l,
+		tollgategrpc.WithPartitionKey([]byte("0123456789abcdef")))))
+	for i, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
+		st, md := invoke(t, conn, grpctest.Limited, "x-tenant-id", "acme")
+		if st.Code() != want {
+			t.Fatalf("call %d: %v, want %s", i, st, want)
+		}
+		for key, list := range map[string]bool{"ratelimit": true, "ratelimit-policy": true,
+			"x-ratelimit-limit": false, "x-ratelimit-remaining": false, "x-ratelimit-reset": false, "retry-after": false} {
+			v := md.Get(key)
+			if len(v) == 0 {
+				if key != "retry-after" || want != codes.OK {
+					t.Errorf("call %d: no %s", i, key)
+				}
+				continue
+			}
+			var err error
+			if list {
+				_, err = httpsfv.UnmarshalList(v)
+			} else {
+				_, err = httpsfv.UnmarshalItem(v)
+			}
+			if err != nil {
+				t.Errorf("call %d: %s %q: %v", i, key, v, err)
+			}
+		}
+		if got := md.Get("ratelimit-policy"); len(got) != 1 || !strings.Contains(got[0], `qu="concurrent-requests"`) {
+			t.Errorf("ratelimit-policy %q", got)
+		}
+		if got := md.Get("ratelimit"); len(got) != 1 || strings.Count(got[0], ";pk=:") != 2 {
+			t.Errorf("ratelimit %q, want a partition key on both items", got)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 	"github.com/tollgate-go/tollgate/insights"
 )
@@ -50,10 +51,33 @@ func adminOnly(token string, h http.Handler) http.Handler {
 	})
 }
 
+// pageWidth is the width of the browser's window: the page must fit it.
+const pageWidth = 1280
+
+// newInFlightLimiter returns a Limiter that tells tr of its decisions, on
+// whose plans every tenant may have slots requests in flight.
+func newInFlightLimiter(t *testing.T, c *clock, tr *insights.Tracker, slots int64) *tollgate.Limiter {
+	t.Helper()
+	plans := tollgate.DefaultPlans()
+	for i := range plans {
+		plans[i].Policies = append(plans[i].Policies, tollgate.Policy{InFlight: slots})
+	}
+	resolver, err := tollgate.NewStaticResolver(plans, "free", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tollgate.New(newModelStore(c), resolver, tollgate.WithObserver(tr), tollgate.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // A row is what the browser shows of one candidate.
 type browserRow struct {
 	Tenant, Plan, Suggested string
-	Throttled               int64
+	Throttled, InFlight     int64
+	InFlightCell            string    // the text of the In flight cell
 	Bars                    []int64   // data-v of the chart's bars
 	Heights                 []float64 // as laid out
 	ChartWidth              float64
@@ -105,6 +129,24 @@ func TestInsightsPageInChromium(t *testing.T) {
 	if throttled < 370 {
 		t.Fatalf("the flood got %d 429s of 400", throttled)
 	}
+	// exporter runs two long exports at once, all its plan allows in
+	// flight, and asks for 30 more meanwhile.
+	const overCap = 30
+	lf := newInFlightLimiter(t, c, tr, 2)
+	var exports []tollgate.Decision
+	for range 2 {
+		d, err := lf.Take(context.Background(), tollgate.Request{Tenant: "exporter", Method: "GET", Route: "GET /api/export"})
+		if err != nil || !d.Allowed {
+			t.Fatalf("an export: %+v, %v", d, err)
+		}
+		exports = append(exports, d)
+	}
+	if got := flood(t, lf, "exporter", "GET /api/export", 1, overCap); got.throttled != overCap {
+		t.Fatalf("%d of %d refused with two exports running", got.throttled, overCap)
+	}
+	for i := range exports {
+		_ = lf.Release(context.Background(), &exports[i])
+	}
 	if resp, _ := get(t, srv.URL+"/admin/tollgate"); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("the page without a token: %d", resp.StatusCode)
 	}
@@ -114,8 +156,15 @@ func TestInsightsPageInChromium(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Candidates) < 4 || rep.Candidates[0].Tenant != "loopy" || rep.Candidates[0].SuggestedPlan != "growth" {
+	if len(rep.Candidates) < 5 || rep.Candidates[0].Tenant != "loopy" || rep.Candidates[0].SuggestedPlan != "growth" {
 		t.Fatalf("JSON: %+v", rep.Candidates)
+	}
+	inFlight := map[string]int64{}
+	for _, c := range rep.Candidates {
+		inFlight[c.Tenant] = c.InFlightRefusals
+	}
+	if inFlight["exporter"] != overCap || inFlight["loopy"] != 0 {
+		t.Fatalf("JSON: in-flight refusals %v, want exporter's %d and none of loopy's", inFlight, overCap)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -133,7 +182,7 @@ func TestInsightsPageInChromium(t *testing.T) {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1480, 640),
+		chromedp.WindowSize(pageWidth, 640),
 	)
 	defer cancelAlloc()
 	ctx, cancelTab := chromedp.NewContext(ctx)
@@ -154,7 +203,8 @@ func TestInsightsPageInChromium(t *testing.T) {
 		const bars = [...svg.querySelectorAll("rect")];
 		return {
 			Tenant: r.dataset.tenant, Plan: r.dataset.plan, Suggested: r.dataset.suggested,
-			Throttled: Number(r.dataset.throttled),
+			Throttled: Number(r.dataset.throttled), InFlight: Number(r.dataset.inflight),
+			InFlightCell: r.querySelector("td.inflight").textContent,
 			Bars: bars.map(b => Number(b.dataset.v)),
 			Heights: bars.map(b => b.getBBox().height),
 			ChartWidth: svg.getBoundingClientRect().width,
@@ -162,6 +212,16 @@ func TestInsightsPageInChromium(t *testing.T) {
 	})`))
 	if err != nil {
 		t.Fatalf("Chromium: %v", err)
+	}
+	// Everything fits the width: no scrolling sideways, in the page or in
+	// the table's card.
+	overflow, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth,
+		document.querySelector(".card").scrollWidth - document.querySelector(".card").clientWidth]`))
+	if err != nil {
+		t.Fatalf("Chromium: %v", err)
+	}
+	if overflow[0] > pageWidth || overflow[1] > 0 {
+		t.Errorf("at %d px the page is %.0f px wide and its table %.0f px wider than its card", pageWidth, overflow[0], overflow[1])
 	}
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -176,8 +236,17 @@ func TestInsightsPageInChromium(t *testing.T) {
 	}
 	for i, row := range rows {
 		cand := rep.Candidates[i]
-		if row.Tenant != cand.Tenant || row.Plan != cand.Plan || row.Suggested != cand.SuggestedPlan || row.Throttled != cand.ThrottledRequests {
+		if row.Tenant != cand.Tenant || row.Plan != cand.Plan || row.Suggested != cand.SuggestedPlan || row.Throttled != cand.ThrottledRequests ||
+			row.InFlight != cand.InFlightRefusals {
 			t.Fatalf("row %d: page %+v, JSON %+v", i, row, cand)
+		}
+		if want := "—"; cand.InFlightRefusals > 0 {
+			want = fmt.Sprint(cand.InFlightRefusals)
+			if row.InFlightCell != want {
+				t.Errorf("%s: In flight shows %q, want %q", row.Tenant, row.InFlightCell, want)
+			}
+		} else if row.InFlightCell != want {
+			t.Errorf("%s: In flight shows %q, want %q", row.Tenant, row.InFlightCell, want)
 		}
 		if len(row.Bars) != len(cand.Series) || row.ChartWidth < 100 {
 			t.Fatalf("%s: %d bars %.0f px wide; the JSON has %d points", row.Tenant, len(row.Bars), row.ChartWidth, len(cand.Series))

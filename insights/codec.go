@@ -12,12 +12,19 @@ import (
 // and checked field by field when read, since another replica, another
 // version or anyone with access to the store may have written it.
 //
-//	"TGI1" width:uvarint start:varint floor:uvarint total:uvarint n:uvarint record*n
-//	record = tenant:string plan:string 9*uvarint (weight, overcount, throttled,
-//	         throttledTokens, shadow, near, requests, peakSecond, peakMinute) first:varint last:varint fit:varint nroutes:uvarint
+//	"TGI2" width:uvarint start:varint floor:uvarint total:uvarint n:uvarint record*n
+//	record = tenant:string plan:string 10*uvarint (weight, overcount, throttled,
+//	         throttledTokens, shadow, near, requests, peakSecond, peakMinute, inFlight) first:varint last:varint fit:varint nroutes:uvarint
 //	         (method:string route:string throttled:uvarint)*nroutes
 //	string = length:uvarint bytes
-const codecMagic = "TGI1"
+//
+// Summaries of the version before ("TGI1", without inFlight) are read too,
+// so that a replica of this version counts those of older ones while a
+// fleet is upgraded; older ones skip this version's.
+const (
+	codecMagic   = "TGI2"
+	codecMagicV1 = "TGI1"
+)
 
 // maxCodecString bounds a string in an encoded summary: tenant IDs are at
 // most tollgate.MaxTenantLength bytes, plan names and routes shorter still.
@@ -52,10 +59,13 @@ func encode(f *frozen) []byte {
 }
 
 // counts returns the tally's counts in their encoded order.
-func (t *tally) counts() [9]*int64 {
-	return [9]*int64{&t.weight, &t.overcount, &t.throttled, &t.throttledTokens, &t.shadow,
-		&t.near, &t.requests, &t.peakSecond, &t.peakMinute}
+func (t *tally) counts() [10]*int64 {
+	return [10]*int64{&t.weight, &t.overcount, &t.throttled, &t.throttledTokens, &t.shadow,
+		&t.near, &t.requests, &t.peakSecond, &t.peakMinute, &t.inFlight}
 }
+
+// countsV1 is how many counts a record of the version before holds.
+const countsV1 = 9
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
@@ -121,7 +131,11 @@ func (r *reader) string(what string) string {
 // an error wrapping errCorrupt, never panics, and allocates in proportion
 // to the input, keeping at most k records (the heaviest).
 func decode(data []byte, k int) (*frozen, error) {
-	if len(data) < len(codecMagic) || string(data[:len(codecMagic)]) != codecMagic {
+	if len(data) < len(codecMagic) {
+		return nil, fmt.Errorf("%w: not a summary of this version", errCorrupt)
+	}
+	v1 := string(data[:len(codecMagicV1)]) == codecMagicV1
+	if !v1 && string(data[:len(codecMagic)]) != codecMagic {
 		return nil, fmt.Errorf("%w: not a summary of this version", errCorrupt)
 	}
 	r := &reader{b: data[len(codecMagic):]}
@@ -143,7 +157,12 @@ func decode(data []byte, k int) (*frozen, error) {
 		var rec record
 		rec.tenant = r.string("tenant")
 		rec.plan = r.string("plan")
-		for _, v := range rec.counts() {
+		counts := rec.counts()
+		fields := len(counts)
+		if v1 {
+			fields = countsV1
+		}
+		for _, v := range counts[:fields] {
 			*v = r.uvarint("count")
 		}
 		rec.first = r.varint("first seen")

@@ -183,7 +183,13 @@ func TestARestartedReplicaAddsToItsPredecessor(t *testing.T) {
 	fresh := flood(t, l, "fresh", "/api/hello", 1, 25)
 	reader := newTracker(t, c, insights.WithExchange(x, "reader"), insights.WithFlushInterval(time.Hour))
 
-	for name, tr := range map[string]*insights.Tracker{"the restarted replica": second, "another replica": reader} {
+	// The restarted replica reads first: a read publishes the reader's
+	// own counts, and the other replica sees only what was published.
+	for _, r := range []struct {
+		name string
+		tr   *insights.Tracker
+	}{{"the restarted replica", second}, {"another replica", reader}} {
+		name, tr := r.name, r.tr
 		rep := candidates(t, tr, insights.LastHour)
 		got := map[string]int64{}
 		for _, c := range rep.Candidates {

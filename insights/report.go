@@ -129,6 +129,13 @@ type Candidate struct {
 	NearLimitRequests int64   `json:"near_limit_requests"`
 	ThrottledShare    float64 `json:"throttled_share"` // ThrottledRequests / Requests
 
+	// InFlightRefusals is how many of the throttled requests were refused
+	// for want of a slot of an in-flight policy (tollgate.Policy.InFlight):
+	// the tenant ran too many requests at once rather than too many in
+	// all. A request that waited for a slot in the delay mode counts once
+	// for each time it was turned away.
+	InFlightRefusals int64 `json:"inflight_refusals"`
+
 	// The most tokens the tenant asked for in one clock second and one
 	// clock minute, whether allowed or not; summed over the replicas.
 	PeakTokensPerSecond int64 `json:"peak_tokens_per_second"`
@@ -223,6 +230,7 @@ func (t *Tracker) candidate(r *record, first, width int64, points int) Candidate
 		Requests:            r.requests,
 		ThrottledRequests:   r.throttled,
 		ShadowDenied:        r.shadow,
+		InFlightRefusals:    r.inFlight,
 		NearLimitRequests:   r.near,
 		PeakTokensPerSecond: r.peakSecond,
 		PeakTokensPerMinute: r.peakMinute,

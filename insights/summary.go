@@ -32,6 +32,7 @@ type tally struct {
 
 	throttled, throttledTokens int64 // denied and shadow-denied requests
 	shadow                     int64 // of which shadow-denied
+	inFlight                   int64 // of which for want of a slot of an in-flight policy
 	near                       int64 // allowed requests that left little of the limit
 	requests                   int64 // every decided request
 
@@ -398,6 +399,7 @@ func combine(a, r *record, mode mergeMode) {
 	t.throttled = addCount(t.throttled, u.throttled)
 	t.throttledTokens = addCount(t.throttledTokens, u.throttledTokens)
 	t.shadow = addCount(t.shadow, u.shadow)
+	t.inFlight = addCount(t.inFlight, u.inFlight)
 	t.near = addCount(t.near, u.near)
 	t.requests = addCount(t.requests, u.requests)
 	if mode == acrossReplicas {

@@ -2,6 +2,7 @@ package insights
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -169,7 +170,7 @@ func TestRoutesAreBounded(t *testing.T) {
 
 func sampleFrozen() *frozen {
 	return &frozen{start: 1764633600, width: 3600, floor: 3, total: 99, records: []record{
-		{tenant: "loopy", plan: "free", tally: tally{weight: 50, overcount: 3, throttled: 40, throttledTokens: 47, shadow: 2, near: 9,
+		{tenant: "loopy", plan: "free", tally: tally{weight: 50, overcount: 3, throttled: 40, throttledTokens: 47, shadow: 2, inFlight: 6, near: 9,
 			requests: 70, peakSecond: 60, peakMinute: 75, first: 1764633600e9 + 5, last: 1764633700e9, fit: 2},
 			routes: []route{{method: "GET", route: "/api/hello", throttled: 30}, {method: "POST", route: "/api/reports", throttled: 10}}},
 		{tenant: "<b>ünïcode</b>", plan: "", tally: tally{weight: 4, throttled: 4, throttledTokens: 4, requests: 4, first: -1, last: 1, fit: -1}},
@@ -191,6 +192,51 @@ func TestCodecRoundTrip(t *testing.T) {
 	small, err := decode(encode(f), 1)
 	if err != nil || len(small.records) != 1 || small.records[0].tenant != "loopy" || small.floor != 4 {
 		t.Fatalf("k = 1: %+v, %v", small, err)
+	}
+}
+
+// encodeV1 encodes f as the version before did: without inFlight.
+func encodeV1(f *frozen) []byte {
+	b := []byte(codecMagicV1)
+	b = binary.AppendUvarint(b, uint64(f.width))
+	b = binary.AppendVarint(b, f.start)
+	b = binary.AppendUvarint(b, uint64(f.floor))
+	b = binary.AppendUvarint(b, uint64(f.total))
+	b = binary.AppendUvarint(b, uint64(len(f.records)))
+	for i := range f.records {
+		r := &f.records[i]
+		b = appendString(b, r.tenant)
+		b = appendString(b, r.plan)
+		counts := r.counts()
+		for _, v := range counts[:countsV1] {
+			b = binary.AppendUvarint(b, uint64(*v))
+		}
+		b = binary.AppendVarint(b, r.first)
+		b = binary.AppendVarint(b, r.last)
+		b = binary.AppendVarint(b, r.fit)
+		b = binary.AppendUvarint(b, uint64(len(r.routes)))
+		for _, rt := range r.routes {
+			b = appendString(b, rt.method)
+			b = appendString(b, rt.route)
+			b = binary.AppendUvarint(b, uint64(rt.throttled))
+		}
+	}
+	return b
+}
+
+// TestDecodeReadsTheVersionBefore: while a fleet is upgraded, the
+// summaries of replicas of the version before are read, with no in-flight
+// refusals.
+func TestDecodeReadsTheVersionBefore(t *testing.T) {
+	f := sampleFrozen()
+	got, err := decode(encodeV1(f), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.records[0].inFlight = 0
+	got.records[1].routes, f.records[1].routes = nil, nil
+	if !reflect.DeepEqual(got, f) {
+		t.Fatalf("version 1:\n got %+v\nwant %+v", got, f)
 	}
 }
 
@@ -220,6 +266,7 @@ func TestDecodeRejectsDamage(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(encode(sampleFrozen()))
 	f.Add([]byte("TGI1"))
+	f.Add(encodeV1(sampleFrozen()))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decode(b, 50)
 		if err != nil {

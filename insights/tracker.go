@@ -53,8 +53,9 @@ type tierState struct {
 // A Tracker finds the tenants that keep hitting their limits: the upgrade
 // candidates. It is a tollgate.Observer: add it to a Limiter with
 // tollgate.WithObserver, and it counts each tenant's throttled requests
-// (denied and shadow-denied), weighted by cost, in a Space-Saving summary of
-// at most k tenants per time bucket, whatever the number of tenants. For the
+// (denied and shadow-denied, those refused for want of an in-flight slot
+// among them), weighted by cost, in a Space-Saving summary of at most k
+// tenants per time bucket, whatever the number of tenants. For the
 // tenants it tracks it also counts every request, the requests that left at
 // most a tenth of the limit (WithNearLimit), the peak demand, the routes and
 // when they were first and last seen. Candidates reports them
@@ -191,7 +192,8 @@ const noBucket = -1 << 62
 // adapters hand over copies).
 func (t *Tracker) Observe(_ context.Context, d *tollgate.Decision) {
 	t.record(&observed{Tenant: d.Tenant, Plan: d.Plan, Policy: d.Policy, Method: d.Method, Route: d.Route,
-		Outcome: d.Outcome(), Cost: d.Cost, Remaining: d.Remaining, Capacity: d.Capacity(), Time: d.Time})
+		Outcome: d.Outcome(), Cost: d.Cost, Remaining: d.Remaining, Capacity: d.Capacity(), Time: d.Time,
+		InFlight: d.PolicyKind() == "in-flight"})
 }
 
 // observed is what a Tracker counts of a decision.
@@ -200,6 +202,7 @@ type observed struct {
 	Outcome                             string // as tollgate.Decision.Outcome names it
 	Cost, Remaining, Capacity           int64
 	Time                                time.Time
+	InFlight                            bool // Policy caps requests in flight
 }
 
 func (t *Tracker) record(o *observed) {
@@ -263,6 +266,9 @@ func (t *Tracker) count(o *observed, now, cost int64, throttled, near bool) {
 		e.throttledTokens = addCount(e.throttledTokens, cost)
 		if o.Outcome == "shadow_denied" {
 			e.shadow = addCount(e.shadow, 1)
+		}
+		if o.InFlight {
+			e.inFlight = addCount(e.inFlight, 1)
 		}
 		e.addRoute(o.Method, o.Route)
 		s.addWeight(e, cost)

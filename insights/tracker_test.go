@@ -412,3 +412,37 @@ func (*nilExchange) Publish(context.Context, string, []insights.BucketSummary) e
 func (*nilExchange) Collect(_ context.Context, b []string) ([]map[string][]byte, error) {
 	return make([]map[string][]byte, len(b)), nil
 }
+
+// TestInFlightRefusals: a tenant turned away for running too many requests
+// at once is a candidate like any other, its in-flight refusals counted
+// apart.
+func TestInFlightRefusals(t *testing.T) {
+	c := newClock(monday)
+	tr := newTracker(t, c)
+	l := newInFlightLimiter(t, c, tr, 2)
+	ctx := context.Background()
+	var running []tollgate.Decision
+	for range 2 {
+		d, err := l.Take(ctx, tollgate.Request{Tenant: "exporter", Route: "/api/export"})
+		if err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		running = append(running, d)
+	}
+	if got := flood(t, l, "exporter", "/api/export", 1, 7); got.throttled != 7 {
+		t.Fatalf("%d of 7 refused with two running", got.throttled)
+	}
+	for i := range running {
+		if err := l.Release(ctx, &running[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flood(t, l, "exporter", "/api/export", 1, 2) // the slots are free again
+	rep := candidates(t, tr, insights.LastHour)
+	if len(rep.Candidates) != 1 {
+		t.Fatalf("%d candidates, want exporter", len(rep.Candidates))
+	}
+	if c := rep.Candidates[0]; c.Tenant != "exporter" || c.ThrottledRequests != 7 || c.InFlightRefusals != 7 || c.Requests != 11 {
+		t.Fatalf("candidate %+v: want exporter with 7 of 11 requests throttled, all 7 for want of a slot", c)
+	}
+}

@@ -7,6 +7,7 @@
 //
 //	metrics, err := tollgateotel.New(tollgateotel.WithStore(store)) // the global MeterProvider
 //	limiter, err := tollgate.New(store, plans, tollgate.WithObserver(metrics))
+//	metrics.ReportSlots(limiter) // the slots of in-flight policies held
 //
 // The instruments are those of tollgateprom, named the OpenTelemetry way:
 // dot-separated, no unit in the name, no _total, units in UCUM
@@ -27,6 +28,8 @@
 //	tollgate.store.drained_evictions  {tenant}  counter  store
 //	tollgate.store.breaker.state  (none)      gauge      store, state
 //	tollgate.store.breaker.opens  {opening}   counter    store
+//	tollgate.refusals             {request}   counter    plan, policy_kind
+//	tollgate.inflight.slots       {slot}      updowncounter  plan (with ReportSlots)
 //
 // No instrument has a tenant attribute, and a cardinality limit folds
 // (plan, policy, route) sets past it into the route "other"

@@ -163,6 +163,13 @@ func (m *Metrics) Observe(ctx context.Context, d *tollgate.Decision) {
 	}
 }
 
+// ReportSlots makes the Metrics report tollgate.inflight.slots: the slots
+// of in-flight policies (tollgate.Policy.InFlight) that l's requests hold
+// when the MeterProvider collects, by plan, added up over every Limiter
+// reported. Call it once for each Limiter that the Metrics observes; a
+// plan whose slots all came back shows 0.
+func (m *Metrics) ReportSlots(l *tollgate.Limiter) { m.tally.AddLimiter(l) }
+
 // Close unregisters the asynchronous instruments' callback: the
 // MeterProvider stops reading the Metrics, and no longer holds it.
 func (m *Metrics) Close() error {

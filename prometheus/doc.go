@@ -6,6 +6,7 @@
 //
 //	metrics, err := tollgateprom.New(tollgateprom.WithStore(store))
 //	limiter, err := tollgate.New(store, plans, tollgate.WithObserver(metrics))
+//	metrics.ReportSlots(limiter) // the slots of in-flight policies held
 //	prometheus.MustRegister(metrics)
 //
 // The metrics (all counters end in _total, all durations are in seconds):
@@ -21,6 +22,8 @@
 //	tollgate_store_tenants{store}, tollgate_store_evictions_total{store},
 //	tollgate_store_drained_evictions_total{store}
 //	tollgate_store_breaker_state{store, state}, tollgate_store_breaker_opens_total{store}
+//	tollgate_refusals_total{plan, policy_kind}
+//	tollgate_inflight_slots{plan} (with ReportSlots)
 //
 // No metric has a tenant label: a metrics system keeps a series per label
 // value, and tenants are unbounded. Routes are the router's patterns (the

@@ -95,6 +95,13 @@ func (c *Collector) Observe(_ context.Context, d *tollgate.Decision) {
 	c.tally.Observe(d)
 }
 
+// ReportSlots makes the Collector export tollgate_inflight_slots: the slots
+// of in-flight policies (tollgate.Policy.InFlight) that l's requests hold
+// when Prometheus scrapes, by plan, added up over every Limiter reported.
+// Call it once for each Limiter that the Collector observes; a plan whose
+// slots all came back shows 0.
+func (c *Collector) ReportSlots(l *tollgate.Limiter) { c.tally.AddLimiter(l) }
+
 // Describe sends the descriptions of every metric the Collector may export.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range tally.Metrics {

@@ -1,7 +1,11 @@
 package adapterkit
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,7 +81,10 @@ type Spec[C any] struct {
 	// rather than bounced (nginx's limit_req delay). A request that would
 	// wait longer, or past its context's deadline, gets 429 at once. The
 	// headers describe the state after the wait. A request whose context
-	// ends while held (its client went away) gives its tokens back. Plans
+	// ends while held (its client went away) gives its tokens back. A
+	// request refused only for want of a slot of an in-flight policy
+	// waits for one, in order of arrival, within MaxDelay (Limiter.Wait),
+	// and gets 429 having spent nothing if none comes free in time. Plans
 	// in shadow mode never hold a request.
 	MaxDelay time.Duration
 
@@ -85,7 +92,20 @@ type Spec[C any] struct {
 	// MaxDelay (default DefaultMaxHeld); past it, a request is decided
 	// without waiting.
 	MaxHeld int
+
+	// PartitionKeySecret, if set, makes every RateLimit item carry the
+	// draft's partition key (pk): a keyed hash of the request's tenant,
+	// never the tenant ID itself, so that a client can tell the
+	// partitions apart without the header revealing whom they belong to.
+	// The key is the first 16 bytes of HMAC-SHA256(secret, tenant), as
+	// an RFC 9651 byte sequence. The secret must be at least
+	// MinPartitionKeySecret bytes; keep it as secret as any key: with it,
+	// anyone could tell which tenant a key stands for.
+	PartitionKeySecret []byte
 }
+
+// MinPartitionKeySecret is the shortest Spec.PartitionKeySecret, in bytes.
+const MinPartitionKeySecret = 16
 
 // A Framework is what an adapter tells Build about its framework.
 type Framework struct {
@@ -107,6 +127,7 @@ type Handler[C any] struct {
 	budget   string
 	maxDelay time.Duration
 	held     *heldCounts // when maxDelay > 0
+	pkSecret []byte      // Spec.PartitionKeySecret, copied
 }
 
 // ErrNoLimiter is the configuration error of a Spec without a Limiter.
@@ -120,6 +141,8 @@ func Build[C any](s Spec[C], fw Framework) (*Handler[C], error) {
 		return nil, ErrNoLimiter
 	case s.MaxDelay < 0 || s.MaxHeld < 0:
 		return nil, fmt.Errorf("tollgate middleware: MaxDelay and MaxHeld must be >= 0, got %v and %d", s.MaxDelay, s.MaxHeld)
+	case s.PartitionKeySecret != nil && len(s.PartitionKeySecret) < MinPartitionKeySecret:
+		return nil, fmt.Errorf("tollgate middleware: PartitionKeySecret must be at least %d bytes, got %d", MinPartitionKeySecret, len(s.PartitionKeySecret))
 	}
 	if s.Budget != "" {
 		if err := s.Limiter.CheckBudget(s.Budget); err != nil {
@@ -135,6 +158,7 @@ func Build[C any](s Spec[C], fw Framework) (*Handler[C], error) {
 		route:    s.Route,
 		budget:   s.Budget,
 		maxDelay: s.MaxDelay,
+		pkSecret: bytes.Clone(s.PartitionKeySecret),
 	}
 	if h.tenant != nil && fw.CopyTenant {
 		tenant := h.tenant
@@ -148,6 +172,18 @@ func Build[C any](s Spec[C], fw Framework) (*Handler[C], error) {
 		h.held = &heldCounts{max: maxHeld, counts: map[string]int{}}
 	}
 	return h, nil
+}
+
+// partitionKey returns the base64 of the partition key of tenant (see
+// Spec.PartitionKeySecret), or nil without a secret.
+func (h *Handler[C]) partitionKey(tenant string) []byte {
+	if h.pkSecret == nil {
+		return nil
+	}
+	m := hmac.New(sha256.New, h.pkSecret)
+	m.Write([]byte(tenant))
+	var sum [sha256.Size]byte
+	return base64.StdEncoding.AppendEncode(nil, m.Sum(sum[:0])[:16])
 }
 
 // heldCounts counts the requests of each tenant that the delay mode holds.

@@ -53,17 +53,45 @@ type Answer struct {
 	Status   int
 	Body     Body
 
-	req tollgate.Request // what Decision was decided on
+	req     tollgate.Request // what Decision was decided on
+	limiter *tollgate.Limiter
+	ctx     context.Context // the request's, for the store when the slot goes back
 }
 
 // answers are reused, so that neither an Answer nor its Decision is
 // allocated anew for each request: a Decision is too big to be cheap.
 var answers = sync.Pool{New: func() any { return new(Answer) }}
 
-// Release hands a back for reuse, once the response is written: neither a
-// nor its Decision may be used after. A deny handler's copy of the
-// Decision stays valid.
-func (a *Answer) Release() { answers.Put(a) }
+// Release gives back the slot that a's decision holds in the in-flight
+// policies of its plan (tollgate.Policy.InFlight), if it holds one, and
+// hands a back for reuse. Call it when the request has ended: after the
+// application's handler has returned, in a deferred call, so that a panic
+// in the handler gives the slot back too. Neither a nor its Decision may
+// be used after. A deny handler's copy of the Decision stays valid.
+//
+// The slot goes back even when the request's context has ended (its
+// client went away): the store is called without the context's
+// cancellation. Should the store fail, the slot's lease expires on its
+// own (see tollgate.Policy.InFlight).
+func (a *Answer) Release() {
+	if a.Decision.Allowed && holdsSlots(&a.Decision) {
+		_ = a.limiter.Release(context.WithoutCancel(a.ctx), &a.Decision)
+	}
+	a.limiter, a.ctx = nil, nil
+	answers.Put(a)
+}
+
+// holdsSlots reports whether d's plan has in-flight policies, whose slot
+// an allowed d may hold: the others cost Release nothing.
+func holdsSlots(d *tollgate.Decision) bool {
+	policies := d.Policies()
+	for i := range policies {
+		if policies[i].InFlight > 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // Denied reports whether a answers a denied request: 429 with a policy
 // exhausted, or 503 with the store down under fail-closed. Adapters give
@@ -85,13 +113,15 @@ func (a *Answer) MissingTenant() bool {
 // Limiter refuses (too long, or holding a control character), the denial
 // status and body when the Limiter denies, and 500 with InternalErrorBody
 // when it can not decide for a configuration error, which the Limiter
-// logs.
+// logs. In the delay mode (Spec.MaxDelay), a request refused only for want
+// of a slot of an in-flight policy first waits for one. An allowed request
+// may hold such a slot until the answer is released (Answer.Release).
 func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 	if h.skip != nil && h.skip(c) {
 		return nil
 	}
 	a := answers.Get().(*Answer)
-	a.Status, a.Body = 0, Body{}
+	a.Status, a.Body, a.limiter, a.ctx = 0, Body{}, h.limiter, call.Context
 	req := &a.req
 	*req = tollgate.Request{Tenant: call.Tenant, Cost: h.cost, Budget: h.budget, Method: call.Method, Route: call.Route}
 	switch {
@@ -123,7 +153,19 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 		}
 	}
 	err := hooks.TakeInto(ctx, h.limiter, req, &a.Decision)
+	waited := false
+	if err == nil && !a.Decision.Allowed && req.MaxDelay > 0 && slotsOnly(&a.Decision) {
+		// Every policy but the in-flight ones allows the request: it
+		// waits for a slot, in line, within its delay.
+		waited = true
+		if !h.waitForSlot(ctx, req, &a.Decision) {
+			a.Status, a.Body = http.StatusServiceUnavailable, CancelledBody
+		}
+	}
 	switch {
+	case a.Status != 0:
+	case waited && a.Decision.Allowed:
+		// Wait has held it for its tokens already.
 	case errors.Is(err, tollgate.ErrInvalidTenant):
 		a.Status, a.Body = http.StatusBadRequest, InvalidTenantBody
 	case err != nil:
@@ -133,18 +175,59 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 	case a.Decision.Delay > 0:
 		if err := h.limiter.Hold(ctx, &a.Decision); err != nil {
 			// The client went away while held: whatever is written
-			// now reaches no one, and the tokens went back.
+			// now reaches no one, and the tokens and the slot went
+			// back.
 			a.Status, a.Body = http.StatusServiceUnavailable, CancelledBody
 		}
 	}
 	// The headers describe the state the request proceeds in: after its
 	// wait, if it was held.
 	if headers.Map != nil {
-		WriteHeaders(headers.Map, &a.Decision)
+		writeHeaders(headers.Map, &a.Decision, h.partitionKey(req.Tenant))
 	} else if headers.Set != nil {
-		VisitHeaders(&a.Decision, headers.Set)
+		visitHeaders(&a.Decision, h.partitionKey(req.Tenant), headers.Set)
 	}
 	return a
+}
+
+// slotsOnly reports whether d was denied by in-flight policies alone, so
+// that a slot coming free would let it through.
+func slotsOnly(d *tollgate.Decision) bool {
+	policies, results := d.Policies(), d.Results()
+	if !d.HasFigures() || len(policies) != len(results) {
+		return false
+	}
+	denied := false
+	for i := range results {
+		if results[i].Allowed {
+			continue
+		}
+		if policies[i].InFlight == 0 {
+			return false
+		}
+		denied = true
+	}
+	return denied
+}
+
+// waitForSlot waits for a slot of req's tenant with Limiter.Wait, in
+// order of arrival, for at most req.MaxDelay, and puts the decision it
+// proceeds on in d. If none comes in time, d is the denial to answer with:
+// Wait's last, or d as it was, and the request has spent nothing. It
+// reports false if ctx ended first: the client went away.
+func (h *Handler[C]) waitForSlot(ctx context.Context, req *tollgate.Request, d *tollgate.Decision) bool {
+	wctx, cancel := context.WithTimeout(ctx, req.MaxDelay)
+	defer cancel()
+	got, err := h.limiter.Wait(wctx, *req)
+	switch {
+	case err == nil:
+		*d = got
+	case ctx.Err() != nil:
+		return false
+	case !got.Allowed && got.HasFigures():
+		*d = got
+	}
+	return true
 }
 
 // HeaderValue returns the first value of the header key in h, or "". key
@@ -168,25 +251,36 @@ const (
 	HeaderRetry     = "Retry-After"
 )
 
+// UnitConcurrentRequests is the quota unit (the draft's qu) of an in-flight
+// policy: it counts the requests that run at once.
+const UnitConcurrentRequests = "concurrent-requests"
+
 // WriteHeaders sets d's rate-limit headers in h:
 //
 //   - X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (Unix
 //     seconds when it is full again) describe the policy closest to denying
 //     (Decision.Policy);
 //   - RateLimit-Policy lists every policy that applied as
-//     "<name>";q=<burst or quota>;w=<seconds>, and RateLimit reports each as
-//     "<name>";r=<remaining>;t=<seconds until more quota is available>, as
-//     draft-ietf-httpapi-ratelimit-headers-10 defines them, in RFC 9651
-//     structured fields;
+//     "<name>";q=<burst or quota>;w=<seconds>, or for an in-flight policy
+//     "<name>";q=<slots>;qu="concurrent-requests", and RateLimit reports
+//     each as "<name>";r=<remaining>;t=<seconds until more quota is
+//     available>, or "<name>";r=<free slots> (no one knows when a request
+//     ends), as draft-ietf-httpapi-ratelimit-headers-10 defines them, in
+//     RFC 9651 structured fields;
 //   - on a denial, Retry-After says in whole seconds, rounded up and at
 //     least 1, when every policy will allow the request, which is never
-//     earlier than the t of a policy that denied it.
+//     earlier than the t of a policy that denied it; for want of a slot,
+//     it is an estimate (tollgate.Decision.RetryAfter).
 //
 // A decision without figures (fail-open, fail-closed, or shadow mode
 // without its headers: see tollgate.Decision.HasFigures) has no headers.
 // Handler.Decide writes them; WriteHeaders is for callers of the Limiter
 // of their own.
-func WriteHeaders(h http.Header, d *tollgate.Decision) {
+func WriteHeaders(h http.Header, d *tollgate.Decision) { writeHeaders(h, d, nil) }
+
+// writeHeaders is WriteHeaders with the partition key pk, an RFC 9651
+// byte sequence's base64 to put in every RateLimit item, if not empty.
+func writeHeaders(h http.Header, d *tollgate.Decision, pk []byte) {
 	if !d.HasFigures() {
 		return
 	}
@@ -195,7 +289,7 @@ func WriteHeaders(h http.Header, d *tollgate.Decision) {
 	// and the slices that hold them share one allocation.
 	blk := new(headerBlock)
 	var ends valueEnds
-	b := appendRequestValues(blk.buf[:0], &ends, d, ph)
+	b := appendRequestValues(blk.buf[:0], &ends, d, ph, pk)
 	var s string
 	if len(b) <= len(blk.buf) {
 		s = unsafe.String(&blk.buf[0], len(b)) // b was built in blk.buf, which nothing writes again
@@ -217,14 +311,16 @@ func WriteHeaders(h http.Header, d *tollgate.Decision) {
 // value, for frameworks that do not use http.Header; the headers and values
 // are those of WriteHeaders. The values share one allocation; set may keep
 // them.
-func VisitHeaders(d *tollgate.Decision, set func(name, value string)) {
+func VisitHeaders(d *tollgate.Decision, set func(name, value string)) { visitHeaders(d, nil, set) }
+
+func visitHeaders(d *tollgate.Decision, pk []byte, set func(name, value string)) {
 	if !d.HasFigures() {
 		return
 	}
 	ph := policyHeadersOf(d)
 	var blk headerBlock
 	var ends valueEnds
-	s := string(appendRequestValues(blk.buf[:0], &ends, d, ph))
+	s := string(appendRequestValues(blk.buf[:0], &ends, d, ph, pk))
 	n := blk.split(s, &ends, d.Allowed)
 	set(HeaderLimit, ph.limits[ph.index(d)][0])
 	set(HeaderRemaining, blk.vals[0])
@@ -264,8 +360,9 @@ func (blk *headerBlock) split(s string, ends *valueEnds, allowed bool) int {
 }
 
 // appendRequestValues appends the values that change with each request to
-// dst, recording where each ends in ends.
-func appendRequestValues(dst []byte, ends *valueEnds, d *tollgate.Decision, ph *policyHeaders) []byte {
+// dst, recording where each ends in ends; pk, if not empty, is the
+// partition key of every RateLimit item.
+func appendRequestValues(dst []byte, ends *valueEnds, d *tollgate.Decision, ph *policyHeaders, pk []byte) []byte {
 	b := strconv.AppendInt(dst, d.Remaining, 10)
 	ends[0] = len(b)
 	b = strconv.AppendInt(b, ceilUnix(d.Time.Add(d.ResetAfter)), 10)
@@ -280,8 +377,15 @@ func appendRequestValues(dst []byte, ends *valueEnds, d *tollgate.Decision, ph *
 		} else {
 			b = strconv.AppendInt(b, r.Remaining, 10)
 		}
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ph.untilMore(i, r), 10)
+		if !ph.slots[i] {
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, ph.untilMore(i, r), 10)
+		}
+		if len(pk) > 0 {
+			b = append(b, ";pk=:"...)
+			b = append(b, pk...)
+			b = append(b, ':')
+		}
 	}
 	ends[2] = len(b)
 	if !d.Allowed {
@@ -323,8 +427,9 @@ type policyHeaders struct {
 	policy   []string   // RateLimit-Policy, as a header map entry
 	limits   [][]string // X-RateLimit-Limit of each policy, likewise
 	rlPrefix []string   // RateLimit up to each policy's remaining count: `"<name>";r=`, after ", " but for the first
-	interval []int64    // a bucket's µs per token; 0 for a quota
-	capacity []int64    // a bucket's burst or a quota's tokens
+	interval []int64    // a bucket's µs per token; 0 for a quota or slots
+	capacity []int64    // a bucket's burst, a quota's tokens, or slots
+	slots    []bool     // an in-flight policy's: no time says when more is available
 
 	// A quota's window is its current period, which moves: the values
 	// hold from validFrom until validUntil.
@@ -349,12 +454,15 @@ func newPolicyHeaders(policies []tollgate.Policy, now time.Time) *policyHeaders 
 	var policy []byte
 	for i, p := range policies {
 		var window, interval, capacity int64
-		if p.Quota.IsZero() {
+		switch {
+		case p.InFlight > 0:
+			capacity = p.InFlight
+		case p.Quota.IsZero():
 			// The window of the bucket as written, not as rounded to
 			// whole microseconds a token: 3 tokens at 3/s is 1 second.
 			window = max(int64(math.Ceil(float64(p.Limit.Burst)/p.Limit.Rate-1e-9)), 1)
 			interval, capacity = storekit.BucketRule(p.Limit.Rate, p.Limit.Burst).Interval, p.Limit.Burst
-		} else {
+		default:
 			start, end := p.Quota.Bounds(now)
 			window, capacity = int64(end.Sub(start)/time.Second), p.Quota.Tokens
 			ph.validFrom = later(ph.validFrom, start)
@@ -368,13 +476,20 @@ func newPolicyHeaders(policies []tollgate.Policy, now time.Time) *policyHeaders 
 		policy = appendSFString(policy, p.Name)
 		policy = append(policy, ";q="...)
 		policy = strconv.AppendInt(policy, capacity, 10)
-		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, window, 10)
+		if p.InFlight > 0 {
+			// A count of requests at once has no window.
+			policy = append(policy, ";qu="...)
+			policy = appendSFString(policy, UnitConcurrentRequests)
+		} else {
+			policy = append(policy, ";w="...)
+			policy = strconv.AppendInt(policy, window, 10)
+		}
 		ph.names = append(ph.names, p.Name)
 		ph.limits = append(ph.limits, []string{strconv.FormatInt(capacity, 10)})
 		ph.rlPrefix = append(ph.rlPrefix, sep+string(appendSFString(nil, p.Name))+";r=")
 		ph.interval = append(ph.interval, interval)
 		ph.capacity = append(ph.capacity, capacity)
+		ph.slots = append(ph.slots, p.InFlight > 0)
 	}
 	// Capacity 1, so that Header.Add copies rather than writes into the
 	// shared array.

@@ -26,12 +26,30 @@
 //	GET /held          limited, cost 1, in the delay mode: a request that its tenant's
 //	                   plan allows within HeldDelay is held and then served (the
 //	                   adapter's MaxDelay of HeldDelay, MaxHeld left at its default)
+//	GET /slow          limited, cost 1; the handler calls Setup.Slow with the request's
+//	                   context and the value of the SlowHeader header, then answers
+//	                   200 "ok". Tenant "t-slots" is on the plan Slots, which allows
+//	                   SlotsInFlight requests in flight.
+//	GET /slow-held     as /slow, in the delay mode with a MaxDelay of SlotDelay: a
+//	                   request refused for want of a slot waits for one
+//
+// A panic in Setup.Slow (it panics with http.ErrAbortHandler, which net/http
+// does not log) must reach the framework's own recovery, or net/http's; a
+// framework that recovers from none (Fiber) must be given its recover
+// middleware, outside the limiter.
 //
 // With Setup.Limiter nil, or a Setup.Budget that no plan has, the middleware
 // concerned must log the mistake once, when it is built, and answer every
 // request 500 with the body of adapterkit.InternalErrorBody, never panic.
 // Run swaps slog's default logger to see that, so it must not run in
 // parallel with other tests of the package.
+//
+// Every 429 the kit receives must be an RFC 9457 problem details body of
+// the type quota-exceeded (Content-Type application/problem+json) naming
+// its violated policies; every other answer of the middleware a problem
+// details body too. With RunWith, every rate-limit header value of every
+// response is also parsed as an RFC 9651 structured field by the parsers
+// an adapter's test gives, written by others than tollgate.
 //
 // RunClientIP checks an adapter's client-address tenants, over a server of
 // its own, and CheckAllocs what an adapter allocates.
@@ -65,7 +83,16 @@ type Setup struct {
 	// Budget is the budget GET /reports/{id} draws from: the kit's
 	// Budget, but for the case that checks a name no plan has.
 	Budget string
+
+	// Slow is the work of GET /slow and GET /slow-held: their handlers
+	// call it with the request's context and the value of the
+	// SlowHeader header before they answer. It may block, and panic.
+	Slow func(ctx context.Context, how string)
 }
+
+// SlowHeader is the request header whose value the handlers of GET /slow
+// and GET /slow-held hand to Setup.Slow.
+const SlowHeader = "X-Slow"
 
 // A NewServer starts a server for setup serving the routes of the package
 // documentation, and returns its base URL, such as "http://127.0.0.1:41234".
@@ -78,15 +105,26 @@ const Budget = "reports"
 // HeldDelay is the MaxDelay of GET /held.
 const HeldDelay = 500 * time.Millisecond
 
-// The plans of the kit. Tenants "t-small", "t-big", "t-tiny" and "t-free"
-// are on the plan of their name; every other tenant is on small. Each gives
-// the reports budget 2 tokens refilled at 1 a second. Free has the figures
-// of tollgate's default free plan.
+// SlotDelay is the MaxDelay of GET /slow-held.
+const SlotDelay = time.Second
+
+// SlotsInFlight is how many requests of a tenant on the plan Slots may be
+// in flight at once.
+const SlotsInFlight = 3
+
+// The plans of the kit. Tenants "t-small", "t-big", "t-tiny", "t-free" and
+// "t-slots" are on the plan of their name; every other tenant is on small.
+// Each but Slots gives the reports budget 2 tokens refilled at 1 a second.
+// Free has the figures of tollgate's default free plan. Slots has tokens
+// to spare and caps the requests in flight at SlotsInFlight, with a policy
+// named "slots-inflight".
 var (
 	Small = tollgate.Plan{Name: "small", Limit: tollgate.Limit{Rate: 1, Burst: 3}, Policies: reports}
 	Big   = tollgate.Plan{Name: "big", Limit: tollgate.Limit{Rate: 10, Burst: 10}, Policies: reports}
 	Tiny  = tollgate.Plan{Name: "tiny", Limit: tollgate.Limit{Rate: 1, Burst: 2}, Policies: reports}
 	Free  = tollgate.Plan{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: reports}
+	Slots = tollgate.Plan{Name: "slots", Limit: tollgate.Limit{Rate: 100_000, Burst: 100_000},
+		Policies: []tollgate.Policy{{InFlight: SlotsInFlight}}}
 
 	reports = []tollgate.Policy{{Budget: Budget, Limit: tollgate.Limit{Rate: 1, Burst: 2}}}
 )
@@ -129,6 +167,16 @@ func Authenticate(h http.Handler, with func(r *http.Request, tenant string) *htt
 	})
 }
 
+// SlowHandler returns the net/http handler of GET /slow and GET
+// /slow-held for setup: it calls setup.Slow with the request's context and
+// the value of the SlowHeader header, then answers 200 "ok".
+func SlowHandler(setup Setup) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		setup.Slow(r.Context(), r.Header.Get(SlowHeader))
+		io.WriteString(w, "ok")
+	})
+}
+
 // SecretError is the text of the failing store's error: it must never reach
 // a client.
 const SecretError = "dial tcp 10.1.2.3:6379: secret internal detail"
@@ -154,14 +202,17 @@ type kit struct {
 	client  *http.Client
 	tenants *tollgate.StaticResolver
 	events  *Events
+	limiter *tollgate.Limiter
+	slow    *SlowWork
+	fields  *FieldParsers // nil: the header values are not parsed
 }
 
 // NewResolver returns the kit's plans and their tenants, as the package
 // documentation lists them.
 func NewResolver(t *testing.T) *tollgate.StaticResolver {
 	t.Helper()
-	resolver, err := tollgate.NewStaticResolver([]tollgate.Plan{Small, Big, Tiny, Free}, Small.Name,
-		map[string]string{"t-small": "small", "t-big": "big", "t-tiny": "tiny", "t-free": "free"})
+	resolver, err := tollgate.NewStaticResolver([]tollgate.Plan{Small, Big, Tiny, Free, Slots}, Small.Name,
+		map[string]string{"t-small": "small", "t-big": "big", "t-tiny": "tiny", "t-free": "free", "t-slots": "slots"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +221,7 @@ func NewResolver(t *testing.T) *tollgate.StaticResolver {
 
 // newKit starts a server whose limiter uses the reference store on a
 // manual clock, or the given store instead.
-func newKit(t *testing.T, newServer NewServer, store tollgate.Store, opts ...tollgate.Option) *kit {
+func newKit(t *testing.T, newServer serverOf, store tollgate.Store, opts ...tollgate.Option) *kit {
 	t.Helper()
 	clock := storetest.NewClock()
 	if store == nil {
@@ -181,12 +232,12 @@ func newKit(t *testing.T, newServer NewServer, store tollgate.Store, opts ...tol
 
 // newRealTimeKit starts a server whose limiter uses the reference store on
 // the real clock, for the cases that wait.
-func newRealTimeKit(t *testing.T, newServer NewServer, opts ...tollgate.Option) *kit {
+func newRealTimeKit(t *testing.T, newServer serverOf, opts ...tollgate.Option) *kit {
 	t.Helper()
 	return startKit(t, newServer, storetest.NewModelStore(time.Now), opts, nil, Budget)
 }
 
-func startKit(t *testing.T, newServer NewServer, store tollgate.Store, opts []tollgate.Option, clock *storetest.Clock, budget string) *kit {
+func startKit(t *testing.T, newServer serverOf, store tollgate.Store, opts []tollgate.Option, clock *storetest.Clock, budget string) *kit {
 	t.Helper()
 	resolver := NewResolver(t)
 	events := &Events{}
@@ -195,13 +246,23 @@ func startKit(t *testing.T, newServer NewServer, store tollgate.Store, opts []to
 	if err != nil {
 		t.Fatal(err)
 	}
-	return connect(t, newServer(t, Setup{Limiter: l, Budget: budget}), clock, resolver, events)
+	slow := NewSlowWork()
+	k := connect(t, newServer.start(t, Setup{Limiter: l, Budget: budget, Slow: slow.Do}), clock, resolver, events, newServer.fields)
+	k.limiter, k.slow = l, slow
+	return k
 }
 
-func connect(t *testing.T, base string, clock *storetest.Clock, resolver *tollgate.StaticResolver, events *Events) *kit {
+func connect(t *testing.T, base string, clock *storetest.Clock, resolver *tollgate.StaticResolver, events *Events, fields *FieldParsers) *kit {
 	client := &http.Client{Timeout: 10 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
-	return &kit{t: t, base: strings.TrimRight(base, "/"), clock: clock, client: client, tenants: resolver, events: events}
+	return &kit{t: t, base: strings.TrimRight(base, "/"), clock: clock, client: client, tenants: resolver, events: events, fields: fields}
+}
+
+// serverOf is what a case needs of the adapter under test: how to start
+// its server, and the parsers of header values its test gave.
+type serverOf struct {
+	start  NewServer
+	fields *FieldParsers
 }
 
 type response struct {
@@ -249,7 +310,21 @@ func (k *kit) do(req *http.Request) response {
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: string(body)}
+	r := response{status: resp.StatusCode, header: resp.Header, body: string(body)}
+	k.check(r)
+	return r
+}
+
+// check makes the checks that hold for every response: a 429 is problem
+// details, and every rate-limit header value parses.
+func (k *kit) check(r response) {
+	k.t.Helper()
+	if r.status == http.StatusTooManyRequests {
+		k.wantProblem(r, http.StatusTooManyRequests)
+	}
+	if k.fields != nil {
+		k.fields.check(k.t, r.header)
+	}
 }
 
 var rateLimitHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
@@ -299,16 +374,11 @@ func (k *kit) wantOK(r response) {
 	}
 }
 
-// wantJSONError checks that r's body is a JSON object whose "error" is code.
+// wantJSONError checks that r's body is problem details (see
+// wantProblem) whose extension member "error" is code.
 func (k *kit) wantJSONError(r response, code string) map[string]any {
 	k.t.Helper()
-	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		k.t.Errorf("Content-Type = %q, want application/json", ct)
-	}
-	var body map[string]any
-	if err := json.Unmarshal([]byte(r.body), &body); err != nil {
-		k.t.Fatalf("body %q is not a JSON object: %v", r.body, err)
-	}
+	body := k.wantProblem(r, r.status)
 	if body["error"] != code {
 		k.t.Errorf("body error = %v, want %q (body %s)", body["error"], code, r.body)
 	}
@@ -320,6 +390,16 @@ func (k *kit) wantJSONError(r response, code string) map[string]any {
 
 // Run runs the whole behaviour table against servers made by newServer.
 func Run(t *testing.T, newServer NewServer) {
+	run(t, serverOf{start: newServer})
+}
+
+// RunWith is Run with every rate-limit header value of every response also
+// parsed by parsers.
+func RunWith(t *testing.T, newServer NewServer, parsers FieldParsers) {
+	run(t, serverOf{start: newServer, fields: &parsers})
+}
+
+func run(t *testing.T, newServer serverOf) {
 	t.Run("HeadersOnAllowed", func(t *testing.T) {
 		k := newKit(t, newServer, nil)
 		for i := int64(1); i <= Small.Limit.Burst; i++ {
@@ -536,7 +616,7 @@ func Run(t *testing.T, newServer NewServer) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := connect(t, newServer(t, Setup{Limiter: l, Budget: typo}), clock, nil, nil)
+		k := connect(t, newServer.start(t, Setup{Limiter: l, Budget: typo, Slow: NewSlowWork().Do}), clock, nil, nil, newServer.fields)
 		if logs.Count(misconfiguredMsg) != 1 || logs.Count(typo) != 1 {
 			t.Errorf("building middleware with the budget %q logged, want one misconfiguration naming it:\n%s", typo, logs)
 		}
@@ -608,12 +688,12 @@ func Run(t *testing.T, newServer NewServer) {
 
 	t.Run("NilLimiter", func(t *testing.T) {
 		logs := CaptureDefaultLog(t)
-		k := connect(t, newServer(t, Setup{Budget: Budget}), nil, nil, nil)
+		k := connect(t, newServer.start(t, Setup{Budget: Budget, Slow: NewSlowWork().Do}), nil, nil, nil, newServer.fields)
 		built := logs.Count(misconfiguredMsg)
 		if built == 0 || !strings.Contains(logs.String(), adapterkit.ErrNoLimiter.Error()) {
 			t.Errorf("building middleware without a Limiter logged no misconfiguration naming it:\n%s", logs)
 		}
-		for _, path := range []string{"/limited", "/skipped", "/costly", "/custom", "/public", "/reports/1", "/by-header", "/held"} {
+		for _, path := range []string{"/limited", "/skipped", "/costly", "/custom", "/public", "/reports/1", "/by-header", "/held", "/slow", "/slow-held"} {
 			for range 2 {
 				r := k.get(path, "t-small")
 				k.wantStatus(r, http.StatusInternalServerError)
@@ -631,6 +711,8 @@ func Run(t *testing.T, newServer NewServer) {
 
 	t.Run("DelayMode", func(t *testing.T) { runDelayMode(t, newServer) })
 
+	t.Run("InFlight", func(t *testing.T) { runInFlight(t, newServer) })
+
 	t.Run("ShadowNeverHolds", func(t *testing.T) { runShadowNeverHolds(t, newServer) })
 
 	t.Run("ConcurrentRequests", func(t *testing.T) {
@@ -647,8 +729,9 @@ func Run(t *testing.T, newServer NewServer) {
 					t.Error(err)
 					return
 				}
-				_, _ = io.Copy(io.Discard, resp.Body)
+				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
+				k.check(response{resp.StatusCode, resp.Header, string(body)})
 				mu.Lock()
 				statuses[resp.StatusCode]++
 				mu.Unlock()

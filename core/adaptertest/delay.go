@@ -50,6 +50,7 @@ func (k *kit) burst(path, tenant string, n int) []timedResponse {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			out[i] = timedResponse{response: response{resp.StatusCode, resp.Header, string(body)}, done: time.Now()}
+			k.check(out[i].response)
 		})
 	}
 	began := time.Now()
@@ -66,7 +67,7 @@ func (k *kit) burst(path, tenant string, n int) []timedResponse {
 // requests, 20 are answered at once and one after about 0.5s, all 200; of
 // 40, the same 21 are served and the other 19 get 429 at once. A held
 // request's headers describe the state after its wait.
-func runDelayMode(t *testing.T, newServer NewServer) {
+func runDelayMode(t *testing.T, newServer serverOf) {
 	// The held request's token is due 500ms after the first request
 	// reached the server, so it is answered at least 500ms into the
 	// burst; the others are answered at once, which a loaded machine
@@ -134,7 +135,7 @@ func (k *kit) wantHeldFigures(r timedResponse) {
 // runShadowNeverHolds sends 40 requests at once to GET /held as a tenant on
 // the Free plan (burst 20 at 2/s) with every plan in shadow mode: every one
 // is served at once, none held, though the delay mode would hold one.
-func runShadowNeverHolds(t *testing.T, newServer NewServer) {
+func runShadowNeverHolds(t *testing.T, newServer serverOf) {
 	k := newRealTimeKit(t, newServer, tollgate.WithShadow())
 	for i, r := range k.burst("/held", "t-free", 40) {
 		if r.status != http.StatusOK || r.took >= 400*time.Millisecond {

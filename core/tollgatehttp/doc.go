@@ -6,8 +6,10 @@
 // Every limited response carries the rate-limit headers X-RateLimit-Limit,
 // X-RateLimit-Remaining, X-RateLimit-Reset, RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers); a denied request gets 429 with
-// Retry-After and a JSON body naming the policy that denied and the seconds
-// to wait.
+// Retry-After and an RFC 9457 problem details body naming the policies that
+// denied and the seconds to wait. A request that holds a slot of an
+// in-flight policy (tollgate.Policy.InFlight) gives it back when the
+// handler returns.
 //
 // The framework adapters (gin, echo, chi, fiber) and the gRPC interceptors
 // mean the same by every option; the chi adapter takes these very options.

@@ -36,7 +36,42 @@ func ExampleMiddleware() {
 	// 200 "free";r=0;t=1
 	// 429 "free";r=0;t=1
 	// Retry-After: 1
-	// {"error":"rate_limited","message":"rate limit exceeded (free): retry in 1s","retry_after":1,"policy":"free"}
+	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"rate limit exceeded (free): retry in 1s","violated-policies":["free"],"error":"rate_limited","message":"rate limit exceeded (free): retry in 1s","retry_after":1,"policy":"free"}
+}
+
+// A plan may cap the requests of a tenant that run at once: a request holds
+// a slot until its handler returns, and one over the cap gets 429 at once.
+func ExampleMiddleware_inFlight() {
+	plan := tollgate.Plan{Name: "free", Limit: tollgate.Limit{Rate: 100, Burst: 100},
+		Policies: []tollgate.Policy{{InFlight: 1}}}
+	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
+	if err != nil {
+		panic(err)
+	}
+	var h http.Handler
+	h = tollgatehttp.Middleware(l)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/export" {
+			// A second request while this one runs.
+			inner := httptest.NewRecorder()
+			other := httptest.NewRequest("GET", "/other", nil)
+			other.Header.Set("X-Tenant-ID", "acme")
+			h.ServeHTTP(inner, other)
+			fmt.Println(inner.Code, inner.Header().Get("RateLimit-Policy"))
+			fmt.Println("Retry-After:", inner.Header().Get("Retry-After"))
+		}
+	}))
+	for _, path := range []string{"/export", "/other"} {
+		req := httptest.NewRequest("GET", path, nil)
+		req.Header.Set("X-Tenant-ID", "acme")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		fmt.Println(w.Code, w.Header().Get("RateLimit"))
+	}
+	// Output:
+	// 429 "free";q=100;w=1, "free-inflight";q=1;qu="concurrent-requests"
+	// Retry-After: 1
+	// 200 "free";r=99;t=1, "free-inflight";r=0
+	// 200 "free";r=98;t=1, "free-inflight";r=0
 }
 
 // Behind a load balancer, anonymous clients are keyed by their address, as

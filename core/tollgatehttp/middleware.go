@@ -72,12 +72,25 @@ func WithBudget(name string) Option {
 // d, and then serves it, instead of answering 429: a client slightly over
 // its rate is slowed down rather than bounced. A request that would wait
 // longer, or past its context's deadline, gets 429 at once; one whose client
-// goes away while it is held gives its tokens back. At most maxHeld requests
-// of one tenant are held at once (0 means 16); past that, a request is
-// answered at once. The headers describe the state after the wait. Plans in
+// goes away while it is held gives its tokens back. A request refused only
+// for want of a slot of an in-flight policy waits for one, in order of
+// arrival among the requests this process holds, for up to d; if none
+// comes free in time, it gets 429, having spent nothing. At most maxHeld
+// requests of one tenant are held at once (0 means 16); past that, a
+// request is answered at once. The headers describe the state after the wait. Plans in
 // shadow mode never hold a request.
 func WithMaxDelay(d time.Duration, maxHeld int) Option {
 	return func(m *middleware) { m.spec.MaxDelay, m.spec.MaxHeld = d, maxHeld }
+}
+
+// WithPartitionKey makes every RateLimit item carry the draft's partition
+// key (pk): a keyed hash of the request's tenant (HMAC-SHA256 with secret,
+// its first 16 bytes, as an RFC 9651 byte sequence), never the tenant ID,
+// which the draft warns against sending. Without it, no pk is sent. A
+// secret shorter than 16 bytes is a configuration error, handled as a nil
+// Limiter is.
+func WithPartitionKey(secret []byte) Option {
+	return func(m *middleware) { m.spec.PartitionKeySecret = secret }
 }
 
 // WithDenyHandler replaces the answer to a denied request (default:
@@ -88,7 +101,8 @@ func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d tollgate.
 }
 
 // WithMissingTenantHandler replaces the answer to a request without a tenant
-// (default: 401 with a JSON body whose error is "missing_tenant"). To let
+// (default: 401 with a problem details body whose error is
+// "missing_tenant"). To let
 // such requests through unlimited, pass a handler that serves them, or
 // exempt them with WithSkip. nil keeps the default.
 func WithMissingTenantHandler(h http.Handler) Option {
@@ -99,11 +113,15 @@ func WithMissingTenantHandler(h http.Handler) Option {
 // it sets the rate-limit headers on every limited response, answers a
 // denied request with WriteDenial (429, or 503 when the store is down under
 // tollgate.WithFailClosed), a request without a tenant with 401 and one
-// whose tenant ID the Limiter refuses with 400, each with a JSON body, and
-// passes allowed requests on.
+// whose tenant ID the Limiter refuses with 400, each with an RFC 9457
+// problem details body, and passes allowed requests on.
+//
+// A request that takes a slot of an in-flight policy
+// (tollgate.Policy.InFlight) gives it back when the next handler returns,
+// panic or not, whether or not its client is still there.
 //
 // A nil l is a configuration error: the middleware logs it once, now, and
-// answers every request 500 with a JSON body whose error is
+// answers every request 500 with a problem details body whose error is
 // "internal_error", rather than panic or let requests through unlimited.
 // Other mistakes (a budget no plan has) are treated the same way.
 func Middleware(l *tollgate.Limiter, opts ...Option) func(http.Handler) http.Handler {
@@ -152,11 +170,15 @@ func misconfigured(w http.ResponseWriter, _ *http.Request) {
 }
 
 // WriteDenial writes the default answer to a denied request: 429 Too Many
-// Requests with a JSON body that names the policy that denied and the
-// seconds to wait ({"error":"rate_limited","message":...,"retry_after":N,
-// "policy":...}), or 503 Service Unavailable with {"error":"unavailable",...}
-// when the store failed under fail-closed. A deny handler can fall back on
-// it for the requests it does not answer itself.
+// Requests with an RFC 9457 problem details body (Content-Type
+// application/problem+json) of the type quota-exceeded that names the
+// policies that denied and the seconds to wait
+// ({"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+// "title":...,"status":429,"detail":...,"violated-policies":[...],
+// "error":"rate_limited","message":...,"retry_after":N,"policy":...}), or
+// 503 Service Unavailable with a problem whose error is "unavailable" when
+// the store failed under fail-closed. A deny handler can fall back on it
+// for the requests it does not answer itself.
 func WriteDenial(w http.ResponseWriter, _ *http.Request, d tollgate.Decision) {
 	status, body := adapterkit.Denial(&d)
 	adapterkit.WriteJSON(w, status, body)

@@ -36,6 +36,8 @@ func TestMiddlewareConformance(t *testing.T) {
 		public := tollgatehttp.Middleware(s.Limiter, byTenant, tollgatehttp.WithMissingTenantHandler(http.HandlerFunc(ok)))
 		byHeader := tollgatehttp.Middleware(s.Limiter)
 		held := tollgatehttp.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.HeldDelay, 0))
+		slow := tollgatehttp.Middleware(s.Limiter, byTenant)
+		slowHeld := tollgatehttp.Middleware(s.Limiter, byTenant, tollgatehttp.WithMaxDelay(adaptertest.SlotDelay, 0))
 		mux := http.NewServeMux()
 		mux.Handle("GET /limited", limit(http.HandlerFunc(ok)))
 		mux.Handle("GET /skipped", limit(http.HandlerFunc(ok)))
@@ -45,6 +47,8 @@ func TestMiddlewareConformance(t *testing.T) {
 		mux.Handle("GET /reports/{id}", reports(http.HandlerFunc(ok)))
 		mux.Handle("GET /by-header", byHeader(http.HandlerFunc(ok)))
 		mux.Handle("GET /held", held(http.HandlerFunc(ok)))
+		mux.Handle("GET /slow", slow(adaptertest.SlowHandler(s)))
+		mux.Handle("GET /slow-held", slowHeld(adaptertest.SlowHandler(s)))
 		srv := httptest.NewServer(adaptertest.Authenticate(mux, func(r *http.Request, tenant string) *http.Request {
 			return r.WithContext(context.WithValue(r.Context(), adaptertest.TenantKey{}, tenant))
 		}))
@@ -104,8 +108,12 @@ func TestWriteDenial(t *testing.T) {
 		w = httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 	}
-	want := `{"error":"rate_limited","message":"rate limit exceeded (p): retry in 1s","retry_after":1,"policy":"p"}` + "\n"
-	if w.Code != http.StatusTooManyRequests || w.Body.String() != want || w.Header().Get("X-Seen") != "yes" || w.Header().Get("Retry-After") != "1" {
+	want := `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",` +
+		`"title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,` +
+		`"detail":"rate limit exceeded (p): retry in 1s","violated-policies":["p"],` +
+		`"error":"rate_limited","message":"rate limit exceeded (p): retry in 1s","retry_after":1,"policy":"p"}` + "\n"
+	if w.Code != http.StatusTooManyRequests || w.Body.String() != want || w.Header().Get("X-Seen") != "yes" ||
+		w.Header().Get("Retry-After") != "1" || w.Header().Get("Content-Type") != "application/problem+json" {
 		t.Errorf("%d %q %v, want 429 %q with the handler's header and Retry-After", w.Code, w.Body.String(), w.Header(), want)
 	}
 }

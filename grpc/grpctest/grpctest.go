@@ -19,6 +19,10 @@
 //	Held      as Limited, and in the delay mode: a call that its tenant's plan
 //	          allows within adaptertest.HeldDelay is held and then served (the
 //	          interceptor's WithMaxDelay(adaptertest.HeldDelay, 0))
+//	Slow      as Limited; its handler does the work of the x-slow metadata (it may
+//	          wait, and panic: a panic ends the call with codes.Internal). Tenant
+//	          "t-slots" is on adaptertest's plan Slots, which caps its calls in
+//	          flight at adaptertest.SlotsInFlight
 //
 // Use grpc.ChainUnaryInterceptor and grpc.ChainStreamInterceptor, so that
 // the kit's authentication runs first.
@@ -85,6 +89,8 @@ type kit struct {
 	clock   *storetest.Clock
 	tenants *tollgate.StaticResolver
 	events  *adaptertest.Events
+	limiter *tollgate.Limiter
+	work    *adaptertest.SlowWork
 }
 
 // newKit starts a server whose limiter uses the reference store on a
@@ -114,8 +120,9 @@ func startKit(t *testing.T, service string, newServer NewServer, store tollgate.
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := Serve(t, newServer(t, Setup{Limiter: l})...)
-	return &kit{t: t, service: service, conn: conn, clock: clock, tenants: resolver, events: events}
+	work := adaptertest.NewSlowWork()
+	conn := serve(t, work, newServer(t, Setup{Limiter: l})...)
+	return &kit{t: t, service: service, conn: conn, clock: clock, tenants: resolver, events: events, limiter: l, work: work}
 }
 
 // A reply is what a client saw of one call.
@@ -165,9 +172,18 @@ func (k *kit) call(method, tenant string) reply {
 // call calls method of service as tenant; the error is the client's own
 // trouble, not the call's status.
 func call(conn *grpc.ClientConn, service, method, tenant string) (reply, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return callWith(context.Background(), conn, service, method, tenant, "")
+}
+
+// callWith is call with ctx, and with how as the x-slow metadata of the
+// call, if not "".
+func callWith(ctx context.Context, conn *grpc.ClientConn, service, method, tenant, how string) (reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ctx = outgoing(ctx, tenant)
+	if how != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, slowKey, how)
+	}
 	full := FullMethod(service, method)
 	var r reply
 	if service == UnaryService {
@@ -523,6 +539,8 @@ func run(t *testing.T, service string, newServer NewServer) {
 	t.Run("DelayMode", func(t *testing.T) { runDelayMode(t, service, newServer) })
 
 	t.Run("ShadowNeverHolds", func(t *testing.T) { runShadowNeverHolds(t, service, newServer) })
+
+	t.Run("InFlight", func(t *testing.T) { runInFlight(t, service, newServer) })
 
 	t.Run("ConcurrentCalls", func(t *testing.T) {
 		k := newKit(t, service, newServer, nil)

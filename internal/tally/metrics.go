@@ -58,12 +58,18 @@ var (
 		"1 for the state the store's circuit breaker is in, 0 for the other.", []string{"store", "state"}}
 	BreakerOpens = &Metric{"tollgate.store.breaker.opens", "tollgate_store_breaker_opens_total", Counter, "{opening}",
 		"Times the store's circuit breaker opened.", []string{"store"}}
+	Refusals = &Metric{"tollgate.refusals", "tollgate_refusals_total", Counter, "{request}",
+		"Requests denied, by plan and the kind of the policy that denied them: bucket, quota or in-flight.",
+		[]string{"plan", "policy_kind"}}
+	InFlightSlots = &Metric{"tollgate.inflight.slots", "tollgate_inflight_slots", UpDownCounter, "{slot}",
+		"Slots of in-flight policies that requests hold now, by plan, in the Limiters reported.", []string{"plan"}}
 )
 
 // Metrics lists every Metric, in the order the exporters describe them.
 var Metrics = []*Metric{
 	Decisions, Tokens, StoreLatency, StoreErrors, ResolverErrors, FallbackDecisions, Delay, LabelOverflow,
 	StoreTenants, StoreEvictions, StoreDrainedEvictions, BreakerState, BreakerOpens,
+	Refusals, InFlightSlots,
 }
 
 // BreakerStates are the values of BreakerState's label "state".
@@ -84,6 +90,8 @@ func (t *Tally) Collect(emit func(m *Metric, v uint64, labels ...string)) {
 		emit(FallbackDecisions, t.fallback[i+1].Load(), o)
 	}
 	emit(LabelOverflow, t.overflow.Load())
+	t.refusals(func(plan, kind string, n uint64) { emit(Refusals, n, plan, kind) })
+	t.slotsHeld(func(plan string, n uint64) { emit(InFlightSlots, n, plan) })
 	for _, s := range t.stores {
 		st := s.stats.Stats()
 		emit(StoreTenants, uint64(max(st.Tenants, 0)), s.name)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,21 @@ func outcomeIndex(outcome string) int {
 	return 0
 }
 
+// policyKinds are the kinds of tollgate.Decision.PolicyKind, by the index
+// a series counts its denials under; index 0 counts kinds this package does
+// not know, so that a newer core adds a series rather than losing them.
+var policyKinds = [...]string{"unknown", "bucket", "quota", "in-flight"}
+
+// kindIndex returns the index of kind in policyKinds, or 0.
+func kindIndex(kind string) int {
+	for i := 1; i < len(policyKinds); i++ {
+		if policyKinds[i] == kind {
+			return i
+		}
+	}
+	return 0
+}
+
 // Labels identify a series.
 type Labels struct{ Plan, Policy, Route string }
 
@@ -68,6 +84,9 @@ type series struct {
 	// one each: most decisions cost 1, and then counting their tokens
 	// costs nothing more.
 	extra atomic.Uint64
+	// refusals counts the denied decisions by the kind of the policy
+	// that denied them (policyKinds).
+	refusals [len(policyKinds)]atomic.Uint64
 }
 
 // decisions returns the decisions of s that ended in outcome index o.
@@ -109,6 +128,10 @@ type Tally struct {
 	delay         *histogram      // nil when the exporter records delays itself
 
 	stores []store
+
+	limitersMu sync.Mutex
+	limiters   []*tollgate.Limiter // whose slots held InFlightSlots reports
+	slotPlans  map[string]bool     // the plans it reported, to report 0 when they hold none
 }
 
 type kindCount struct {
@@ -152,7 +175,7 @@ func New(o Options, histograms bool) (*Tally, error) {
 // Observe counts d. It neither locks nor allocates once d's label set is
 // known.
 func (t *Tally) Observe(d *tollgate.Decision) {
-	t.count(&event{Labels{d.Plan, d.Policy, d.Route}, d.Outcome(), d.FailureKind(), d.Cost, d.Latency, d.Delay, d.Fallback})
+	t.count(&event{Labels{d.Plan, d.Policy, d.Route}, d.Outcome(), d.FailureKind(), d.Cost, d.Latency, d.Delay, d.Fallback, d.PolicyKind()})
 }
 
 // An event is what a Tally counts of a decision.
@@ -162,7 +185,11 @@ type event struct {
 	Cost             int64
 	Latency, Delay   time.Duration
 	Fallback         bool
+	Kind             string // of the policy the labels name (tollgate.Decision.PolicyKind)
 }
+
+// denied is the index of the outcome "denied".
+const denied = 3
 
 func (t *Tally) count(e *event) {
 	s := t.lookup(e.Labels)
@@ -179,6 +206,9 @@ func (t *Tally) count(e *event) {
 	s.counts[i].Add(1)
 	if e.Cost > 1 && (oc == allowed || oc == delayed) {
 		addSaturating(&s.extra, uint64(e.Cost-1))
+	}
+	if oc == denied {
+		s.refusals[kindIndex(e.Kind)].Add(1)
 	}
 	if oc == delayed && t.delay != nil {
 		t.delay.observe(e.Delay)
@@ -400,6 +430,88 @@ func (t *Tally) tokens(fn func(plan, route string, n uint64)) {
 	})
 	for _, k := range order {
 		fn(k.plan, k.route, sums[k])
+	}
+}
+
+// refusals calls fn for every plan and policy kind with the denied
+// decisions of that plan whose policy of that kind denied them; kinds
+// without any are left out.
+func (t *Tally) refusals(fn func(plan, kind string, n uint64)) {
+	type planKind struct {
+		plan string
+		kind int
+	}
+	sums := map[planKind]uint64{}
+	var order []planKind
+	t.eachSeries(func(s *series) {
+		for i := range s.refusals {
+			n := s.refusals[i].Load()
+			if n == 0 {
+				continue
+			}
+			k := planKind{s.Plan, i}
+			old, ok := sums[k]
+			if !ok {
+				order = append(order, k)
+			}
+			sums[k] = old + min(n, ^uint64(0)-old)
+		}
+	})
+	for _, k := range order {
+		fn(k.plan, policyKinds[k.kind], sums[k])
+	}
+}
+
+// AddLimiter makes the Tally report the slots of in-flight policies that
+// l's requests hold (InFlightSlots), by plan, with those of the other
+// Limiters added.
+func (t *Tally) AddLimiter(l *tollgate.Limiter) {
+	if l == nil {
+		return
+	}
+	t.limitersMu.Lock()
+	defer t.limitersMu.Unlock()
+	for _, have := range t.limiters {
+		if have == l {
+			return
+		}
+	}
+	t.limiters = append(t.limiters, l)
+}
+
+// maxSlotPlans bounds the plans InFlightSlots reports, against plans made
+// per tenant: past it, the slots of new plans are reported under Other.
+const maxSlotPlans = 1000
+
+// slotsHeld calls fn with the slots held by the requests of each plan: the
+// plans that hold some now, and 0 for those that held some before.
+func (t *Tally) slotsHeld(fn func(plan string, n uint64)) {
+	t.limitersMu.Lock()
+	defer t.limitersMu.Unlock()
+	if len(t.limiters) == 0 {
+		return
+	}
+	if t.slotPlans == nil {
+		t.slotPlans = map[string]bool{}
+	}
+	sums := map[string]uint64{}
+	for _, l := range t.limiters {
+		for plan, n := range l.SlotsHeld() {
+			plan = labelValue(plan)
+			if !t.slotPlans[plan] && len(t.slotPlans) >= maxSlotPlans {
+				plan = Other
+			}
+			t.slotPlans[plan] = true
+			sums[plan] += uint64(max(n, 0))
+		}
+	}
+	plans := make([]string, 0, len(t.slotPlans))
+	for plan := range t.slotPlans {
+		plans = append(plans, plan)
+	}
+	slices.Sort(plans)
+	for _, plan := range plans {
+		fn(plan, sums[plan])
 	}
 }
 

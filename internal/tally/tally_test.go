@@ -21,6 +21,8 @@ type observer struct{ *tally.Tally }
 
 func (o observer) Observe(_ context.Context, d *tollgate.Decision) { o.Tally.Observe(d) }
 
+func (o observer) ReportSlots(l *tollgate.Limiter) { o.Tally.AddLimiter(l) }
+
 func newTally(t *testing.T, histograms bool, opts ...func(*tally.Options)) *tally.Tally {
 	t.Helper()
 	o := tally.NewOptions("test")
@@ -305,5 +307,56 @@ func TestConcurrentDecisionsAndCollections(t *testing.T) {
 	}
 	if sets := labelSets(got); len(sets) > 8+2+1 {
 		t.Fatalf("%d label sets past a limit of 8", len(sets))
+	}
+}
+
+// TestRefusalsAndSlots: denials are counted by plan and the kind of the
+// policy that denied them, whatever the route; the slots held are read
+// from the Limiters when collected, and a plan whose slots came back shows
+// 0 rather than vanishing.
+func TestRefusalsAndSlots(t *testing.T) {
+	tl := newTally(t, false)
+	for _, e := range []tally.Event{
+		{Labels: tally.Labels{Plan: "free", Policy: "free-inflight", Route: "/a"}, Outcome: "denied", Kind: "in-flight"},
+		{Labels: tally.Labels{Plan: "free", Policy: "free-inflight", Route: "/b"}, Outcome: "denied", Kind: "in-flight"},
+		{Labels: tally.Labels{Plan: "free", Policy: "free-inflight", Route: "/b"}, Outcome: "allowed", Kind: "in-flight"},
+		{Labels: tally.Labels{Plan: "free", Policy: "free", Route: "/b"}, Outcome: "denied", Kind: "bucket"},
+		{Labels: tally.Labels{Plan: "free", Policy: "free-daily", Route: "/b"}, Outcome: "shadow_denied", Kind: "quota"},
+		{Labels: tally.Labels{Plan: "pro", Policy: "pro", Route: "/b"}, Outcome: "denied", Kind: "a kind of a newer core"},
+	} {
+		tl.Count(e)
+	}
+	l := tallytest.NewLimiter(t, tallytest.NewStore())
+	tl.AddLimiter(l)
+	tl.AddLimiter(l) // once is enough
+	ctx := context.Background()
+	d, err := l.Take(ctx, tollgate.Request{Tenant: "f"})
+	if err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	refusals := func(plan, kind string) string {
+		return tallytest.Key(tally.Refusals.Name, tally.Refusals.Labels, []string{plan, kind})
+	}
+	slots := tallytest.Key(tally.InFlightSlots.Name, tally.InFlightSlots.Labels, []string{"flight"})
+	want := map[string]float64{
+		refusals("free", "in-flight"): 2,
+		refusals("free", "bucket"):    1,
+		refusals("pro", "unknown"):    1,
+		slots:                         1,
+	}
+	got := collect(tl)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if n := tallytest.Sum(got, tally.Refusals.Name); n != 4 {
+		t.Errorf("%v refusals, want 4: shadow denials and allowed requests are none", n)
+	}
+	if err := l.Release(ctx, &d); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := collect(tl)[slots]; !ok || v != 0 {
+		t.Errorf("after the release %s = %v (reported: %v), want 0", slots, v, ok)
 	}
 }

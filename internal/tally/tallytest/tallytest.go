@@ -92,7 +92,8 @@ type Quiet struct{ tollgate.Store }
 var errResolver = errors.New("plan database down")
 
 // NewLimiter returns a Limiter over store, without a log: tenant "s" on the
-// plan "shadowed" (burst 2), tenant "lost" a resolver failure, everyone
+// plan "shadowed" (burst 2), tenant "f" on "flight" (burst 3, and one
+// request in flight at most), tenant "lost" a resolver failure, everyone
 // else on "small" (burst 3), all at 1 token a second. Its resolver timeout
 // is long, so that a stall of a loaded machine does not fail a decision
 // open.
@@ -101,7 +102,8 @@ func NewLimiter(t testing.TB, store tollgate.Store, opts ...tollgate.Option) *to
 	static, err := tollgate.NewStaticResolver([]tollgate.Plan{
 		{Name: "small", Limit: tollgate.Limit{Rate: 1, Burst: 3}},
 		{Name: "shadowed", Limit: tollgate.Limit{Rate: 1, Burst: 2}},
-	}, "small", map[string]string{"s": "shadowed"})
+		{Name: "flight", Limit: tollgate.Limit{Rate: 1, Burst: 3}, Policies: []tollgate.Policy{{InFlight: 1}}},
+	}, "small", map[string]string{"s": "shadowed", "f": "flight"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,16 +128,27 @@ const (
 )
 
 // MixDecisions is the number of decisions RunMix makes.
-const MixDecisions = 21
+const MixDecisions = 23
+
+// A SlotsReporter reports the slots that a Limiter's requests hold, as
+// both exporters do (ReportSlots).
+type SlotsReporter interface {
+	ReportSlots(l *tollgate.Limiter)
+}
 
 // RunMix makes a known mix of decisions through two Limiters observed by
 // obs, the second with a failing store and a fallback; Mix lists what they
-// add up to.
+// add up to. One request of the first holds its slot of an in-flight
+// policy until the test ends; if obs is a SlotsReporter, it reports the
+// first Limiter's slots.
 func RunMix(t testing.TB, obs tollgate.Observer) {
 	t.Helper()
 	ctx := context.Background()
 	store := NewStore()
 	l := NewLimiter(t, store, tollgate.WithShadow("shadowed"), tollgate.WithObserver(obs))
+	if r, ok := obs.(SlotsReporter); ok {
+		r.ReportSlots(l)
+	}
 	take := func(tenant, route string, cost int64, maxDelay time.Duration) tollgate.Decision {
 		t.Helper()
 		d, _ := l.Take(ctx, tollgate.Request{Tenant: tenant, Method: "GET", Route: route, Cost: cost, MaxDelay: maxDelay})
@@ -150,6 +163,9 @@ func RunMix(t testing.TB, obs tollgate.Observer) {
 	for range 4 { // shadowed, burst 2: 2 allowed, 2 shadow-denied
 		take("s", Reports, 1, 0)
 	}
+	held := take("f", Hello, 1, 0) // allowed, holding the plan's one slot
+	t.Cleanup(func() { _ = l.Release(ctx, &held) })
+	take("f", Hello, 1, 0)   // denied: no slot
 	take("b", Reports, 2, 0) // allowed, 2 tokens
 	take("a", Hello, 10, 0)  // rejected: above the burst
 	take("", Hello, 1, 0)    // rejected: no tenant
@@ -197,10 +213,18 @@ var Mix = []Sample{
 	decisions("", "", Hello, "failed_open", 1),
 	decisions("small", "", Hello, "failed_open", 3),
 	decisions("small", "", Hello, "failed_closed", 0),
+	// The in-flight policy, with no slot left, is closest to denying.
+	decisions("flight", "flight-inflight", Hello, "allowed", 1),
+	decisions("flight", "flight-inflight", Hello, "denied", 1),
 
 	{Metric: tally.Tokens, Labels: []string{"small", Hello}, Value: 3 + 1 + 3},
 	{Metric: tally.Tokens, Labels: []string{"small", Reports}, Value: 2},
 	{Metric: tally.Tokens, Labels: []string{"shadowed", Reports}, Value: 2},
+	{Metric: tally.Tokens, Labels: []string{"flight", Hello}, Value: 1},
+
+	{Metric: tally.Refusals, Labels: []string{"small", "bucket"}, Value: 2 + 1},
+	{Metric: tally.Refusals, Labels: []string{"flight", "in-flight"}, Value: 1},
+	{Metric: tally.InFlightSlots, Labels: []string{"flight"}, Value: 1},
 
 	{Metric: tally.StoreErrors, Labels: []string{"circuit_open"}, Value: 2 + 4},
 	{Metric: tally.StoreErrors, Labels: []string{"timeout"}, Value: 1},
@@ -213,8 +237,8 @@ var Mix = []Sample{
 
 	// Every decision but the two rejected and the resolver's failure
 	// called a store, in the process: latency 0.
-	{Metric: tally.StoreLatency, Suffix: "_count", Value: 18},
-	{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "2.5e-05", Value: 18},
+	{Metric: tally.StoreLatency, Suffix: "_count", Value: 20},
+	{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "2.5e-05", Value: 20},
 	{Metric: tally.Delay, Suffix: "_count", Value: 1},
 	{Metric: tally.Delay, Suffix: "_sum", Value: 1},
 	{Metric: tally.Delay, Suffix: "_bucket", Le: "0.5", Value: 0},
