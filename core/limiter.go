@@ -345,6 +345,14 @@ func init() {
 // decide is Take into d; until, if not zero, bounds the wait a reservation
 // may ask for (Wait's deadline).
 func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision, until time.Time) error {
+	err := l.attempt(ctx, req, d, until)
+	l.observe(ctx, d)
+	return err
+}
+
+// attempt is decide without telling the observers, for Wait, which tells
+// them of its last attempt only.
+func (l *Limiter) attempt(ctx context.Context, req *Request, d *Decision, until time.Time) error {
 	*d = Decision{Tenant: req.Tenant, Cost: max(req.Cost, 1), Budget: req.Budget, Method: req.Method, Route: req.Route, Time: l.now()}
 	err := l.decideInto(ctx, req, d, until)
 	if err != nil {
@@ -353,10 +361,13 @@ func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision, until t
 			d.failure = "invalid"
 		}
 	}
+	return err
+}
+
+func (l *Limiter) observe(ctx context.Context, d *Decision) {
 	for _, o := range l.observers {
 		o.Observe(ctx, d)
 	}
-	return err
 }
 
 func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, until time.Time) error {

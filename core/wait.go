@@ -41,20 +41,33 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 			leave()
 		}
 	}()
+	var d Decision
+	// Observers hear of the last attempt only: a request that waits is
+	// one request.
+	attempted, observed := false, false
+	defer func() {
+		if attempted && !observed {
+			l.observe(ctx, &d)
+		}
+	}()
 	for {
-		var d Decision
 		if err := ctx.Err(); err != nil {
-			d.Tenant = req.Tenant
+			if d.Tenant == "" {
+				d.Tenant = req.Tenant
+			}
 			return d, err
 		}
 		deadline, bounded := ctx.Deadline()
-		if err := l.decide(ctx, &req, &d, deadline); err != nil {
+		attempted = true
+		if err := l.attempt(ctx, &req, &d, deadline); err != nil {
 			return d, err
 		}
 		switch {
 		case d.Degraded && !d.Allowed:
 			return d, fmt.Errorf("tollgate: Wait: the store failed under fail-closed: %w", d.Err)
 		case d.Allowed:
+			l.observe(ctx, &d)
+			observed = true
 			return d, l.Hold(ctx, &d)
 		case d.slotsOnly():
 			// Every other policy allows it: wait in line for a slot,
