@@ -13,6 +13,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/tollgate-go/tollgate/admin v0.0.0
 	github.com/tollgate-go/tollgate/chi v0.0.0
 	github.com/tollgate-go/tollgate/core v0.0.0
 	github.com/tollgate-go/tollgate/core/redisstore v0.0.0
@@ -38,6 +39,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/tollgate-go/tollgate/internal/tally v0.0.0 // indirect
 )
 
 require (
@@ -88,20 +90,18 @@ require (
 )
 
 replace (
+	github.com/tollgate-go/tollgate/admin => ../admin
 	github.com/tollgate-go/tollgate/chi => ../chi
 	github.com/tollgate-go/tollgate/core => ../core
 	github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
 	github.com/tollgate-go/tollgate/echo => ../echo
+	github.com/tollgate-go/tollgate/echov5 => ../echov5
 	github.com/tollgate-go/tollgate/fiber => ../fiber
+	github.com/tollgate-go/tollgate/fiberv3 => ../fiberv3
 	github.com/tollgate-go/tollgate/gin => ../gin
 	github.com/tollgate-go/tollgate/grpc => ../grpc
+	github.com/tollgate-go/tollgate/insights => ../insights
+	github.com/tollgate-go/tollgate/internal/tally => ../internal/tally
 	github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
+	github.com/tollgate-go/tollgate/prometheus => ../prometheus
 )
-
-replace github.com/tollgate-go/tollgate/echov5 => ../echov5
-
-replace github.com/tollgate-go/tollgate/fiberv3 => ../fiberv3
-
-replace github.com/tollgate-go/tollgate/insights => ../insights
-
-replace github.com/tollgate-go/tollgate/prometheus => ../prometheus

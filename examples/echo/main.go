@@ -1,50 +1,74 @@
-// Command echo is the tollgate example API on Echo.
+// Command echo is the tollgate example API on Echo v4: per-tenant rate
+// limits sized by each tenant's plan.
 //
-//	go run ./examples/echo                                     # :8080, memory store
-//	ADDR=:8081 REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echo
+//	go run ./examples/echo                                     # :8080, limits in memory
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/echo  # limits shared through Redis
 //
-// GET /api/hello costs a tenant 1 token, POST /api/reports 10 (from the plan
-// and from the tenant's reports budget, 50 tokens an hour), and GET /healthz
-// is not limited, nor GET /metrics (Prometheus). The tenant is the
-// X-Tenant-ID header: acme is on the enterprise plan, globex on growth,
-// initech on startup, umbrella on trial (a burst of 10 at 5/s and 30
-// requests a UTC day), anyone else on free. With ADMIN_TOKEN set,
-// GET /admin/tollgate serves the upgrade candidates to requests with
-// "Authorization: Bearer $ADMIN_TOKEN"; with SHADOW=1, limits are computed
-// and recorded but never enforced.
+// Environment: ADDR (default :8080; port 0 picks a free one), REDIS_URL
+// (unset: limits in this process), ADMIN_TOKEN (set: the operator's page
+// and API under /admin/tollgate), SHADOW=1 (decide and record, never deny).
+//
+// GET /api/hello costs 1 token, POST /api/reports 10, from the plan and
+// from a reports budget of 50 tokens an hour; GET /healthz and GET /metrics
+// are not limited. The tenant is the X-Tenant-ID header: acme is on the
+// enterprise plan, globex on growth, initech on startup, umbrella on trial
+// (a burst of 10 at 5/s and 30 requests a UTC day), anyone else on free.
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
+	"github.com/tollgate-go/tollgate/admin"
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/redisstore"
 	tollgateecho "github.com/tollgate-go/tollgate/echo"
-	"github.com/tollgate-go/tollgate/examples/internal/demo"
+	"github.com/tollgate-go/tollgate/insights"
+	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
-func main() { demo.Main(run) }
+func main() {
+	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	if err := run(logger); err != nil {
+		logger.Error("exiting", slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+}
 
-func run(ctx context.Context, logger *slog.Logger) error {
-	cfg := demo.ConfigFromEnv()
-	limiter, metrics, admin, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+func run(logger *slog.Logger) error {
+	store, closeStore, err := newStore()
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-
-	// The limiter reads the tenant that authentication stored, so the
-	// budget spent is always the caller's own. ToMiddleware reports a bad
-	// Config at start-up rather than on every request.
+	limiter, tracker, err := newLimiter(store, logger)
+	if err != nil {
+		return err
+	}
+	// The limiter reads the tenant that authenticate stored. ToMiddleware
+	// reports a mistake in the Config now rather than on every request.
 	limit := tollgateecho.Config{Limiter: limiter, Tenant: tollgateecho.TenantFromContext(tenantKey)}
 	limitHello, err := limit.ToMiddleware()
 	if err != nil {
 		return err
 	}
-	limit.Cost, limit.Budget = demo.ReportCost, demo.ReportsBudget
+	limit.Cost, limit.Budget = 10, "reports"
 	limitReports, err := limit.ToMiddleware()
 	if err != nil {
 		return err
@@ -53,36 +77,48 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(middleware.Recover())
-	e.GET("/healthz", healthz) // not limited: load balancers must always get through
-	// Not limited either: the scraper must always get through.
-	e.GET("/metrics", echo.WrapHandler(metrics))
-	if admin != nil {
-		e.GET(demo.AdminPath, echo.WrapHandler(admin)) // not limited; behind the admin token
+	e.GET("/healthz", healthz)                              // not limited: load balancers always get through
+	e.GET("/metrics", echo.WrapHandler(promhttp.Handler())) // nor does the scraper
+	if token := os.Getenv("ADMIN_TOKEN"); token != "" {
+		h, err := admin.New(admin.Config{Limiter: limiter, Tracker: tracker, Tokens: map[string]string{"admin": token}})
+		if err != nil {
+			return err
+		}
+		e.Any("/admin/tollgate", echo.WrapHandler(http.StripPrefix("/admin/tollgate", h)))
+		e.Any("/admin/tollgate/*", echo.WrapHandler(http.StripPrefix("/admin/tollgate", h)))
 	}
-
-	// Echo's default error handler renders the limiter's 401 and 429 as
-	// JSON; an app with its own HTTPErrorHandler renders them there.
+	// Echo's error handler renders the limiter's 429 as JSON, and an
+	// application's own HTTPErrorHandler would render it its way.
 	api := e.Group("/api", authenticate)
 	api.GET("/hello", hello, limitHello)
 	api.POST("/reports", createReport, limitReports)
-
-	return demo.ServeHTTP(ctx, cfg.Addr, logger, e)
+	// GET /api/slow, limited by the requests a tenant has in flight,
+	// comes here once tollgate has in-flight limits.
+	return serve(logger, e)
 }
 
-// tenantKey is where authenticate stores the tenant in the echo.Context.
-const tenantKey = "tenant"
-
-// authenticate stands in for the app's authentication. A real one verifies
-// a token or session and stores the tenant of the authenticated principal;
-// this one trusts the X-Tenant-ID header as it is. A request without a
-// tenant goes on with none, and the limiter answers it 401.
-func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if tenant := c.Request().Header.Get(demo.TenantHeader); tenant != "" {
-			c.Set(tenantKey, tenant)
-		}
-		return next(c)
+// serve serves e on ADDR until SIGINT or SIGTERM, then lets the requests
+// in flight finish.
+func serve(logger *slog.Logger, e *echo.Echo) error {
+	ln, err := net.Listen("tcp", cmp.Or(os.Getenv("ADDR"), ":8080"))
+	if err != nil {
+		return err
 	}
+	logger.Info("listening", slog.String("addr", ln.Addr().String()))
+	e.Listener = ln
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	stopped := make(chan error, 1)
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stopped <- e.Shutdown(shutdown)
+	}()
+	if err := e.Start(""); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return <-stopped
 }
 
 func healthz(c echo.Context) error {
@@ -90,14 +126,88 @@ func healthz(c echo.Context) error {
 }
 
 func hello(c echo.Context) error {
-	tenant, _ := c.Get(tenantKey).(string)
-	return c.JSON(http.StatusOK, map[string]string{"message": "hello, " + tenant})
+	return c.JSON(http.StatusOK, map[string]string{"message": "hello, " + c.Get(tenantKey).(string)})
 }
 
-// createReport stands in for expensive work, which is why it costs 10
-// tokens and draws from a budget of its own: a tenant can not spend its
-// whole plan on reports.
+// createReport stands in for expensive work: hence its cost, and a budget
+// of its own, so that reports can not take a tenant's whole plan.
 func createReport(c echo.Context) error {
-	tenant, _ := c.Get(tenantKey).(string)
-	return c.JSON(http.StatusAccepted, map[string]string{"status": "queued", "tenant": tenant})
+	return c.JSON(http.StatusAccepted, map[string]string{"status": "queued", "tenant": c.Get(tenantKey).(string)})
 }
+
+// newLimiter returns the API's Limiter on store, with its metrics
+// registered for /metrics, and the tracker of the tenants that hit their
+// limits, for the operator's page.
+func newLimiter(store tollgate.Store, logger *slog.Logger) (*tollgate.Limiter, *insights.Tracker, error) {
+	// Every tenant not named here is on the free plan.
+	resolver, err := tollgate.NewStaticResolver(plans, "free", map[string]string{
+		"acme": "enterprise", "globex": "growth", "initech": "startup", "umbrella": "trial"})
+	if err != nil {
+		return nil, nil, err
+	}
+	metrics, err := tollgateprom.New(tollgateprom.WithStore(store))
+	if err != nil {
+		return nil, nil, err
+	}
+	prometheus.MustRegister(metrics)
+	tracker, err := insights.New(insights.WithPlans(plans[:4])) // the plans a tenant can buy
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := []tollgate.Option{tollgate.WithLogger(logger), tollgate.WithObserver(metrics), tollgate.WithObserver(tracker)}
+	if os.Getenv("SHADOW") == "1" {
+		opts = append(opts, tollgate.WithShadow()) // decide and record, never deny
+	}
+	limiter, err := tollgate.New(store, resolver, opts...)
+	return limiter, tracker, err
+}
+
+// tenantKey is where authenticate stores the tenant in the echo.Context.
+const tenantKey = "tenant"
+
+// authenticate stands in for the application's authentication, which
+// verifies a token or a session and stores the tenant of the principal.
+// This one trusts the X-Tenant-ID header: never do that in production,
+// where any client could spend any tenant's budget.
+func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		tenant := c.Request().Header.Get("X-Tenant-ID")
+		if tenant == "" {
+			return c.JSON(http.StatusUnauthorized, map[string]string{"error": "missing_tenant", "message": "send X-Tenant-ID"})
+		}
+		c.Set(tenantKey, tenant)
+		return next(c)
+	}
+}
+
+// newStore returns where the limits live: in Redis when REDIS_URL is set,
+// shared by every replica; in this process otherwise.
+func newStore() (tollgate.Store, func(), error) {
+	if os.Getenv("REDIS_URL") == "" {
+		return memory.New(), func() {}, nil
+	}
+	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	if err != nil {
+		// Not the parser's error: it would quote the password.
+		return nil, nil, errors.New("REDIS_URL is not a valid redis:// URL")
+	}
+	logging.Disable() // go-redis's plain-text lines: tollgate logs the store's failures as JSON
+	client := redis.NewClient(opts)
+	store, err := redisstore.New(client)
+	return store, func() { client.Close() }, err
+}
+
+// The plans, each with a budget of 50 report tokens an hour. A real
+// application keeps its plans, and its tenants' plans, in its database and
+// finds them through tollgate.NewCachingResolver.
+var (
+	reportsBudget = tollgate.Policy{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}} // five reports an hour
+	daily30       = tollgate.Policy{Quota: tollgate.Quota{Tokens: 30, Period: tollgate.Daily}}
+	plans         = []tollgate.Plan{
+		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{daily30, reportsBudget}},
+	}
+)

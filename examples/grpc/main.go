@@ -1,137 +1,309 @@
-// Command grpc is the tollgate example gRPC service, with a client that
-// honours RetryInfo.
+// Command grpc is the tollgate example gRPC service, and a client that
+// waits what each refusal's RetryInfo says.
 //
-//	go run ./examples/grpc                       # a server on a free loopback port, and the client against it
-//	go run ./examples/grpc -serve                # the server alone, on $ADDR (default :50051)
-//	go run ./examples/grpc -connect 127.0.0.1:50051 -tenant initech   # the client alone
-//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/grpc
+//	go run ./examples/grpc                                     # the server, on :8080
+//	go run ./examples/grpc -connect localhost:8080 -tenant initech  # the client
 //
-// The service tollgate.demo.v1.Demo has two unary methods: Hello costs a
-// tenant 1 token, CreateReport 10, from the plan and from the reports budget
-// (as POST /api/reports in the HTTP examples); the standard health service
-// is not limited. The tenant is the x-tenant-id metadata, with the plans of
-// the HTTP examples: acme is on the enterprise plan, globex on growth,
-// initech on startup, umbrella on trial, anyone else on free. The store is
-// in memory unless REDIS_URL is set.
+// Environment (the server's): ADDR (default :8080; port 0 picks a free
+// one), REDIS_URL (unset: limits in this process), ADMIN_TOKEN (set: the
+// operator's page and API under /admin/tollgate), SHADOW=1 (decide and
+// record, never deny).
 //
-// The client calls Hello and CreateReport as one tenant, back to back. A
-// call refused with ResourceExhausted carries a google.rpc.RetryInfo detail;
-// the client waits the delay it gives and calls again, and prints what it
-// saw. The server's JSON log lines, throttled calls among them, go to
-// stderr, or to stdout with -serve.
+// One port serves gRPC and HTTP: the service tollgate.demo.v1.Demo, whose
+// Hello costs a tenant 1 token and CreateReport 10, from the plan and from a
+// reports budget of 50 tokens an hour; the gRPC health service, not limited;
+// and over HTTP, GET /healthz, GET /metrics and the admin page and API. The
+// tenant is the x-tenant-id metadata: acme is on the enterprise plan, globex
+// on growth, initech on startup, umbrella on trial (a burst of 10 at 5/s and
+// 30 calls a UTC day), anyone else on free.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgate-go/tollgate/examples/internal/demo"
+	"github.com/tollgate-go/tollgate/admin"
+	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/redisstore"
+	tollgategrpc "github.com/tollgate-go/tollgate/grpc"
+	"github.com/tollgate-go/tollgate/insights"
+	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
-// defaultServeAddr is where -serve listens when ADDR is not set: gRPC's
-// customary port.
-const defaultServeAddr = ":50051"
-
 func main() {
-	serveOnly := flag.Bool("serve", false, "only serve, on $ADDR (default "+defaultServeAddr+"), until interrupted")
-	connect := flag.String("connect", "", "only run the client, against the server at this host:port")
-	sc := scenario{Out: os.Stdout}
-	flag.StringVar(&sc.Tenant, "tenant", "hooli", "the client's tenant")
-	flag.IntVar(&sc.Hellos, "hellos", 24, "Hello calls to make")
-	flag.IntVar(&sc.Reports, "reports", 1, "CreateReport calls to make")
-	flag.DurationVar(&sc.MaxWait, "max-wait", 10*time.Second, "the longest RetryInfo delay the client waits before it gives up a call")
+	connect := flag.String("connect", "", "run the client against the server at this `host:port`")
+	tenant := flag.String("tenant", "hooli", "the client's tenant")
+	hellos := flag.Int("hellos", 24, "Hello calls the client makes")
+	reports := flag.Int("reports", 1, "CreateReport calls the client makes")
 	flag.Parse()
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
-	switch {
-	case *serveOnly:
-		err = serve(ctx, demo.NewLogger(), addr(defaultServeAddr), nil)
-	case *connect != "":
-		err = runClient(ctx, *connect, sc)
-	default:
-		// The server logs to stderr, so that its lines do not cut
-		// through the client's story on stdout.
-		logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-		err = serve(ctx, logger, addr("127.0.0.1:0"), func(ctx context.Context, address string) error {
-			fmt.Fprintf(sc.Out, "server listening on %s\n", address)
-			return runClient(ctx, address, sc)
-		})
+	if *connect != "" {
+		if err := runClient(ctx, *connect, *tenant, *hellos, *reports); err != nil {
+			fmt.Fprintln(os.Stderr, "grpc example:", err)
+			os.Exit(1)
+		}
+		return
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "grpc example:", err)
+	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	if err := serve(ctx, logger); err != nil {
+		logger.Error("exiting", slog.String("error", err.Error()))
 		os.Exit(1)
 	}
 }
 
-// addr returns $ADDR, or def when it is not set.
-func addr(def string) string {
-	if a := os.Getenv("ADDR"); a != "" {
-		return a
-	}
-	return def
-}
+// The demo service. A real one is declared in a .proto file and its
+// descriptor generated by protoc; this one is written by hand, with
+// google.protobuf.StringValue for every message, so that the example needs
+// no code generation.
+const (
+	serviceName        = "tollgate.demo.v1.Demo"
+	helloMethod        = "/" + serviceName + "/Hello"
+	createReportMethod = "/" + serviceName + "/CreateReport"
+)
 
-// serve runs the server on address until ctx ends or, if client is not
-// nil, until client has run against it.
-func serve(ctx context.Context, logger *slog.Logger, address string, client func(ctx context.Context, address string) error) error {
-	cfg := demo.ConfigFromEnv()
-	// The metrics handler and the upgrade-candidates page (ADMIN_TOKEN)
-	// are for HTTP; a gRPC service would serve them on an HTTP port of
-	// its own, which this example does without. SHADOW=1 applies as in
-	// the HTTP apps.
-	limiter, _, _, closeStore, err := demo.NewLimiter(ctx, cfg, logger)
+// serve serves gRPC and HTTP on ADDR until ctx ends, then lets the calls
+// in flight finish.
+func serve(ctx context.Context, logger *slog.Logger) error {
+	store, closeStore, err := newStore()
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-
-	ln, err := demo.Listen(address, logger)
+	limiter, tracker, err := newLimiter(store, logger)
 	if err != nil {
 		return err
 	}
-	srv := newServer(limiter)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer srv.GracefulStop()
-
-	if client != nil {
-		return client(ctx, ln.Addr().String())
+	limit := []tollgategrpc.Option{
+		tollgategrpc.WithTenant(tollgategrpc.TenantFromContext(tenantKey{})), // as authenticate stored it
+		tollgategrpc.WithMethodCosts(map[string]int64{createReportMethod: 10}),
+		tollgategrpc.WithMethodBudgets(map[string]string{createReportMethod: "reports"}),
+		tollgategrpc.WithSkip(func(_ context.Context, method string) bool {
+			return strings.HasPrefix(method, "/grpc.health.v1.Health/") // load balancers always get through
+		}),
 	}
-	select {
-	case err := <-served:
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(authenticate, tollgategrpc.UnaryServerInterceptor(limiter, limit...)),
+		grpc.StreamInterceptor(tollgategrpc.StreamServerInterceptor(limiter, limit...)),
+	)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	srv.RegisterService(&grpc.ServiceDesc{ServiceName: serviceName, HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
+		{MethodName: "Hello", Handler: unary(helloMethod, func(tenant string) string { return "hello, " + tenant })},
+		{MethodName: "CreateReport", Handler: unary(createReportMethod, func(tenant string) string { return "report queued for " + tenant })},
+	}}, nil)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, `{"status":"ok"}`) })
+	mux.Handle("GET /metrics", promhttp.Handler())
+	if token := os.Getenv("ADMIN_TOKEN"); token != "" {
+		h, err := admin.New(admin.Config{Limiter: limiter, Tracker: tracker, Tokens: map[string]string{"admin": token}})
+		if err != nil {
+			return err
+		}
+		mux.Handle("/admin/tollgate", http.StripPrefix("/admin/tollgate", h))
+		mux.Handle("/admin/tollgate/", http.StripPrefix("/admin/tollgate", h))
+	}
+	// gRPC calls are HTTP/2 requests of content type application/grpc:
+	// they go to the gRPC server, the rest to the HTTP routes. (A service
+	// under heavy load serves gRPC on a port of its own, with srv.Serve.)
+	both := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			srv.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS, as the client dials
+	server := &http.Server{Handler: both, Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second}
+
+	ln, err := net.Listen("tcp", cmp.Or(os.Getenv("ADDR"), ":8080"))
+	if err != nil {
 		return err
-	case <-ctx.Done():
-		logger.Info("shutting down")
-		return nil
+	}
+	logger.Info("listening", slog.String("addr", ln.Addr().String()))
+	stopped := make(chan error, 1)
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stopped <- server.Shutdown(shutdown)
+	}()
+	if err := server.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return <-stopped
+}
+
+// unary returns the handler of a unary method that answers answer(tenant),
+// as protoc would generate it.
+func unary(method string, answer func(tenant string) string) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, decode func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		in := new(wrapperspb.StringValue)
+		if err := decode(in); err != nil {
+			return nil, err
+		}
+		handle := func(ctx context.Context, _ any) (any, error) {
+			tenant, _ := ctx.Value(tenantKey{}).(string)
+			return wrapperspb.String(answer(tenant)), nil
+		}
+		if interceptor == nil {
+			return handle(ctx, in)
+		}
+		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: method}, handle)
 	}
 }
 
-// runClient plays sc against the server at address.
-func runClient(ctx context.Context, address string, sc scenario) error {
-	var t tally
-	opts := append(sc.dialOptions(&t), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	conn, err := grpc.NewClient(address, opts...)
+// tenantKey is the context key under which authenticate stores the tenant.
+type tenantKey struct{}
+
+// authenticate stands in for the application's authentication, which
+// verifies a token and stores the tenant of the principal. This one trusts
+// the x-tenant-id metadata: never do that in production, where any client
+// could spend any tenant's budget. Health checks need no tenant.
+func authenticate(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if v := metadata.ValueFromIncomingContext(ctx, "x-tenant-id"); len(v) > 0 && v[0] != "" {
+		return next(context.WithValue(ctx, tenantKey{}, v[0]), req)
+	}
+	if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+		return next(ctx, req)
+	}
+	return nil, status.Error(codes.Unauthenticated, "send x-tenant-id")
+}
+
+// newLimiter returns the service's Limiter on store, with its metrics
+// registered for /metrics, and the tracker of the tenants that hit their
+// limits, for the operator's page.
+func newLimiter(store tollgate.Store, logger *slog.Logger) (*tollgate.Limiter, *insights.Tracker, error) {
+	// Every tenant not named here is on the free plan.
+	resolver, err := tollgate.NewStaticResolver(plans, "free", map[string]string{
+		"acme": "enterprise", "globex": "growth", "initech": "startup", "umbrella": "trial"})
+	if err != nil {
+		return nil, nil, err
+	}
+	metrics, err := tollgateprom.New(tollgateprom.WithStore(store))
+	if err != nil {
+		return nil, nil, err
+	}
+	prometheus.MustRegister(metrics)
+	tracker, err := insights.New(insights.WithPlans(plans[:4])) // the plans a tenant can buy
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := []tollgate.Option{tollgate.WithLogger(logger), tollgate.WithObserver(metrics), tollgate.WithObserver(tracker)}
+	if os.Getenv("SHADOW") == "1" {
+		opts = append(opts, tollgate.WithShadow()) // decide and record, never deny
+	}
+	limiter, err := tollgate.New(store, resolver, opts...)
+	return limiter, tracker, err
+}
+
+// runClient calls Hello hellos times, then CreateReport reports times, as
+// tenant, on the server at addr. A call refused with ResourceExhausted
+// carries a google.rpc.RetryInfo detail: the client waits the delay it
+// gives, which is when the tenant's tokens are back, and calls again.
+func runClient(ctx context.Context, addr, tenant string, hellos, reports int) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := sc.run(ctx, conn, &t); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return errors.New("interrupted")
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-tenant-id", tenant)
+	for i := range hellos + reports {
+		method := helloMethod
+		if i >= hellos {
+			method = createReportMethod
+		}
+		for attempt := 1; ; attempt++ {
+			var header metadata.MD
+			reply := new(wrapperspb.StringValue)
+			err := conn.Invoke(ctx, method, wrapperspb.String(""), reply, grpc.Header(&header))
+			if err == nil {
+				fmt.Printf("%-24s %q, ratelimit: %s\n", method, reply.GetValue(), strings.Join(header.Get("ratelimit"), ""))
+				break
+			}
+			delay, ok := retryDelay(err)
+			if !ok || attempt == 5 || delay > 10*time.Second {
+				return fmt.Errorf("%s: %w", method, err)
+			}
+			fmt.Printf("%-24s %s: %s; waiting %v, as its RetryInfo says\n", method, status.Code(err), status.Convert(err).Message(), delay)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(delay):
+			}
+		}
 	}
 	return nil
 }
+
+// retryDelay returns the delay that err's RetryInfo detail asks for, if err
+// is a ResourceExhausted status with one.
+func retryDelay(err error) (time.Duration, bool) {
+	st := status.Convert(err)
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.RetryInfo); ok && st.Code() == codes.ResourceExhausted {
+			return info.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// newStore returns where the limits live: in Redis when REDIS_URL is set,
+// shared by every replica; in this process otherwise.
+func newStore() (tollgate.Store, func(), error) {
+	if os.Getenv("REDIS_URL") == "" {
+		return memory.New(), func() {}, nil
+	}
+	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	if err != nil {
+		// Not the parser's error: it would quote the password.
+		return nil, nil, errors.New("REDIS_URL is not a valid redis:// URL")
+	}
+	logging.Disable() // go-redis's plain-text lines: tollgate logs the store's failures as JSON
+	client := redis.NewClient(opts)
+	store, err := redisstore.New(client)
+	return store, func() { client.Close() }, err
+}
+
+// The plans, each with a budget of 50 report tokens an hour. A real
+// application keeps its plans, and its tenants' plans, in its database and
+// finds them through tollgate.NewCachingResolver.
+var (
+	reportsBudget = tollgate.Policy{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}} // five reports an hour
+	daily30       = tollgate.Policy{Quota: tollgate.Quota{Tokens: 30, Period: tollgate.Daily}}
+	plans         = []tollgate.Plan{
+		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{daily30, reportsBudget}},
+	}
+)

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package launch
-
-import "os/exec"
-
-func setProcAttr(*exec.Cmd) {}
