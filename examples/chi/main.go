@@ -84,8 +84,7 @@ func run(logger *slog.Logger) error {
 		r.With(tollgatechi.Middleware(limiter, byTenant)).Get("/hello", hello)
 		r.With(tollgatechi.Middleware(limiter, byTenant, tollgatehttp.WithCost(10),
 			tollgatehttp.WithBudget("reports"))).Post("/reports", createReport)
-		// GET /api/slow, limited by the requests a tenant has in
-		// flight, comes here once tollgate has in-flight limits.
+		r.With(tollgatechi.Middleware(limiter, byTenant, tollgatehttp.WithBudget("slow"))).Get("/slow", work)
 	})
 
 	// Serve on ADDR until SIGINT or SIGTERM, then let the requests in
@@ -180,10 +179,10 @@ var (
 	reportsBudget = tollgate.Policy{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}} // five reports an hour
 	daily30       = tollgate.Policy{Quota: tollgate.Quota{Tokens: 30, Period: tollgate.Daily}}
 	plans         = []tollgate.Plan{
-		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget, slow(2)}},
+		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget, slow(5)}},
+		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget, slow(20)}},
+		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget, slow(100)}},
 		{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{daily30, reportsBudget}},
 	}
 )
@@ -208,4 +207,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
+}
+
+// slow is the policy of GET /api/slow on a plan: at most n of a tenant's
+// requests run at once, on every replica.
+func slow(n int64) tollgate.Policy { return tollgate.Policy{Budget: "slow", InFlight: n} }
+
+// work stands in for a long request, an export or a stream, which holds
+// one of the tenant's slots in flight while it runs.
+func work(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-time.After(time.Second):
+		writeJSON(w, http.StatusOK, map[string]string{"status": "done"})
+	case <-r.Context().Done():
+	}
 }

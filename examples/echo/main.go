@@ -73,6 +73,11 @@ func run(logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	limit.Cost, limit.Budget = 1, "slow"
+	limitSlow, err := limit.ToMiddleware()
+	if err != nil {
+		return err
+	}
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -92,8 +97,7 @@ func run(logger *slog.Logger) error {
 	api := e.Group("/api", authenticate)
 	api.GET("/hello", hello, limitHello)
 	api.POST("/reports", createReport, limitReports)
-	// GET /api/slow, limited by the requests a tenant has in flight,
-	// comes here once tollgate has in-flight limits.
+	api.GET("/slow", work, limitSlow)
 	return serve(logger, e)
 }
 
@@ -204,10 +208,25 @@ var (
 	reportsBudget = tollgate.Policy{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}} // five reports an hour
 	daily30       = tollgate.Policy{Quota: tollgate.Quota{Tokens: 30, Period: tollgate.Daily}}
 	plans         = []tollgate.Plan{
-		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget, slow(2)}},
+		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget, slow(5)}},
+		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget, slow(20)}},
+		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget, slow(100)}},
 		{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{daily30, reportsBudget}},
 	}
 )
+
+// slow is the policy of GET /api/slow on a plan: at most n of a tenant's
+// requests run at once, on every replica.
+func slow(n int64) tollgate.Policy { return tollgate.Policy{Budget: "slow", InFlight: n} }
+
+// work stands in for a long request, an export or a stream, which holds
+// one of the tenant's slots in flight while it runs.
+func work(c echo.Context) error {
+	select {
+	case <-time.After(time.Second):
+		return c.JSON(http.StatusOK, map[string]string{"status": "done"})
+	case <-c.Request().Context().Done():
+		return c.Request().Context().Err()
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
@@ -93,11 +94,15 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	limit.Cost, limit.Budget = 1, "slow"
+	limitSlow, err := limit.ToMiddleware()
+	if err != nil {
+		return err
+	}
 	api := e.Group("/api", authenticate)
 	api.GET("/hello", hello, limitHello)
 	api.POST("/reports", createReport, limitReports)
-	// GET /api/slow, limited by the requests a tenant has in flight,
-	// comes here once tollgate has in-flight limits.
+	api.GET("/slow", work, limitSlow)
 
 	start := echo.StartConfig{Address: cmp.Or(os.Getenv("ADDR"), ":8080"), HideBanner: true, HidePort: true,
 		ListenerAddrFunc: func(addr net.Addr) { logger.Info("listening", slog.String("addr", addr.String())) }}
@@ -171,10 +176,10 @@ var (
 	reportsBudget = tollgate.Policy{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}} // five reports an hour
 	daily30       = tollgate.Policy{Quota: tollgate.Quota{Tokens: 30, Period: tollgate.Daily}}
 	plans         = []tollgate.Plan{
-		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget, slow(2)}},
+		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget, slow(5)}},
+		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget, slow(20)}},
+		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget, slow(100)}},
 		{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{daily30, reportsBudget}},
 	}
 )
@@ -194,5 +199,20 @@ func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		c.Set(tenantKey, tenant)
 		return next(c)
+	}
+}
+
+// slow is the policy of GET /api/slow on a plan: at most n of a tenant's
+// requests run at once, on every replica.
+func slow(n int64) tollgate.Policy { return tollgate.Policy{Budget: "slow", InFlight: n} }
+
+// work stands in for a long request, an export or a stream, which holds
+// one of the tenant's slots in flight while it runs.
+func work(c *echo.Context) error {
+	select {
+	case <-time.After(time.Second):
+		return c.JSON(http.StatusOK, map[string]string{"status": "done"})
+	case <-c.Request().Context().Done():
+		return c.Request().Context().Err()
 	}
 }

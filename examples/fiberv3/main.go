@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
@@ -89,8 +90,9 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	api := app.Group("/api", authenticate)
 	api.Get("/hello", tollgatefiberv3.New(limit), hello)
 	api.Post("/reports", tollgatefiberv3.New(reports), createReport)
-	// GET /api/slow, limited by the requests a tenant has in flight,
-	// comes here once tollgate has in-flight limits.
+	slowWork := limit
+	slowWork.Budget = "slow"
+	api.Get("/slow", tollgatefiberv3.New(slowWork), work)
 
 	return app.Listen(cmp.Or(os.Getenv("ADDR"), ":8080"), fiber.ListenConfig{
 		ListenerNetwork:       fiber.NetworkTCP,
@@ -124,10 +126,10 @@ var (
 	reportsBudget = tollgate.Policy{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}} // five reports an hour
 	daily30       = tollgate.Policy{Quota: tollgate.Quota{Tokens: 30, Period: tollgate.Daily}}
 	plans         = []tollgate.Plan{
-		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget}},
-		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget}},
+		{Name: "free", Limit: tollgate.Limit{Rate: 2, Burst: 20}, Policies: []tollgate.Policy{reportsBudget, slow(2)}},
+		{Name: "startup", Limit: tollgate.Limit{Rate: 10, Burst: 100}, Policies: []tollgate.Policy{reportsBudget, slow(5)}},
+		{Name: "growth", Limit: tollgate.Limit{Rate: 50, Burst: 500}, Policies: []tollgate.Policy{reportsBudget, slow(20)}},
+		{Name: "enterprise", Limit: tollgate.Limit{Rate: 200, Burst: 2000}, Policies: []tollgate.Policy{reportsBudget, slow(100)}},
 		{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10}, Policies: []tollgate.Policy{daily30, reportsBudget}},
 	}
 )
@@ -187,4 +189,19 @@ func authenticate(c fiber.Ctx) error {
 	}
 	fiber.Locals(c, tenantKey{}, tenant)
 	return c.Next()
+}
+
+// slow is the policy of GET /api/slow on a plan: at most n of a tenant's
+// requests run at once, on every replica.
+func slow(n int64) tollgate.Policy { return tollgate.Policy{Budget: "slow", InFlight: n} }
+
+// work stands in for a long request, an export or a stream, which holds
+// one of the tenant's slots in flight while it runs.
+func work(c fiber.Ctx) error {
+	select {
+	case <-time.After(time.Second):
+		return c.JSON(fiber.Map{"status": "done"})
+	case <-c.Context().Done():
+		return c.Context().Err()
+	}
 }
