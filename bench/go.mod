@@ -26,6 +26,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/tinylib/msgp v1.6.3 // indirect
+	github.com/tollgate-go/tollgate/internal/tally v0.0.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -127,3 +128,5 @@ replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testre
 replace github.com/tollgate-go/tollgate/prometheus => ../prometheus
 
 replace github.com/tollgate-go/tollgate/otel => ../otel
+
+replace github.com/tollgate-go/tollgate/internal/tally => ../internal/tally

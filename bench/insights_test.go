@@ -20,7 +20,7 @@ import (
 //
 //   - lib=insights is the upgrade-candidates Tracker (k = 1,000); lib=map is
 //     what an application writes without it: a throttle counter per tenant
-//     in a map under a mutex, fed by the same observation point, which
+//     in a map under a mutex, fed by the same Observer calls, which
 //     keeps every tenant it ever saw and knows nothing of time windows,
 //     plans or routes. (No top-k library is served by the module proxy
 //     here to compare with.) lib=none observes nothing.
@@ -56,13 +56,39 @@ type throttleCounts struct {
 	m  map[string]int64
 }
 
-func (c *throttleCounts) Observe(_ context.Context, o tollgate.Observation) {
-	if o.Outcome != tollgate.OutcomeDenied && o.Outcome != tollgate.OutcomeShadowDenied {
+func (c *throttleCounts) Observe(_ context.Context, d *tollgate.Decision) {
+	if o := d.Outcome(); o != "denied" && o != "shadow_denied" {
 		return
 	}
 	c.mu.Lock()
-	c.m[o.Tenant] += o.Cost
+	c.m[d.Tenant] += d.Cost
 	c.mu.Unlock()
+}
+
+// insightsDecision returns a decision of the free plan on the memory store,
+// denied or allowed, for the benchmarks to hand observers: the outcome of a
+// Decision is the Limiter's to set.
+func insightsDecision(b *testing.B, denied bool) tollgate.Decision {
+	store := memory.New()
+	b.Cleanup(func() { store.Close() })
+	plans, err := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := tollgate.New(store, plans, tollgate.WithLogger(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := tollgate.Request{Tenant: "t", Method: "GET", Route: "GET /api/hello"}
+	for {
+		d, err := l.Take(context.Background(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if d.Allowed != denied {
+			return d
+		}
+	}
 }
 
 func tenantNames(n int) []string {
@@ -78,29 +104,27 @@ func tenantNames(n int) []string {
 // summary, which evicts one: the worst case), and of an allowed request of
 // a tenant the tracker does not track (the path of most decisions).
 func BenchmarkInsightsObserve(b *testing.B) {
-	now := time.Now()
 	for _, c := range []struct {
 		name    string
 		tenants int
-		outcome tollgate.Outcome
+		denied  bool
 	}{
-		{"throttled-1k-tenants", 1000, tollgate.OutcomeDenied},
-		{"throttled-1M-tenants", 1_000_000, tollgate.OutcomeDenied},
-		{"allowed-untracked", 10_000, tollgate.OutcomeAllowed},
+		{"throttled-1k-tenants", 1000, true},
+		{"throttled-1M-tenants", 1_000_000, true},
+		{"allowed-untracked", 10_000, false},
 	} {
 		names := tenantNames(c.tenants)
 		for _, ob := range insightsObservers {
 			b.Run(fmt.Sprintf("case=%s/lib=%s", c.name, ob.name), func(b *testing.B) {
 				o := ob.open(b)
 				ctx := context.Background()
-				obs := tollgate.Observation{Time: now, Plan: "free", Method: "GET", Route: "GET /api/hello",
-					Cost: 1, Outcome: c.outcome, Remaining: 15, Capacity: 20}
+				d := insightsDecision(b, c.denied)
 				b.ReportAllocs()
 				start := cpuTime()
 				b.ResetTimer()
 				for i := range b.N {
-					obs.Tenant = names[i%len(names)]
-					o.Observe(ctx, obs)
+					d.Tenant = names[i%len(names)]
+					o.Observe(ctx, &d)
 				}
 				reportCPU(b, start)
 			})
@@ -111,21 +135,21 @@ func BenchmarkInsightsObserve(b *testing.B) {
 // BenchmarkInsightsObserveParallel: throttled Observes of 1,000 tenants
 // from every core at once, which contend for the tracker's lock.
 func BenchmarkInsightsObserveParallel(b *testing.B) {
-	now := time.Now()
 	names := tenantNames(1000)
 	for _, ob := range insightsObservers {
 		b.Run("case=throttled-1k-tenants/lib="+ob.name, func(b *testing.B) {
 			o := ob.open(b)
+			denied := insightsDecision(b, true)
 			var next atomic.Int64
 			b.ReportAllocs()
 			start := cpuTime()
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(next.Add(7919))
-				obs := tollgate.Observation{Time: now, Plan: "free", Route: "GET /api/hello", Cost: 1, Outcome: tollgate.OutcomeDenied}
+				d := denied
 				for pb.Next() {
 					i++
-					obs.Tenant = names[i%len(names)]
-					o.Observe(context.Background(), obs)
+					d.Tenant = names[i%len(names)]
+					o.Observe(context.Background(), &d)
 				}
 			})
 			reportCPU(b, start)
@@ -162,13 +186,12 @@ func BenchmarkInsightsDecision(b *testing.B) {
 					_, _ = l.Take(ctx, req)
 				}
 			}
-			var d tollgate.Decision
 			b.ReportAllocs()
 			start := cpuTime()
 			b.ResetTimer()
 			for i := range b.N {
 				req.Tenant = names[i%len(names)]
-				if err := l.Decide(ctx, &req, &d); err != nil || d.Allowed {
+				if d, err := l.Take(ctx, req); err != nil || d.Allowed {
 					b.Fatalf("allowed %v, %v: the tenants should be over their limit", d.Allowed, err)
 				}
 			}
@@ -186,6 +209,7 @@ func BenchmarkInsightsHeap(b *testing.B) {
 	names := tenantNames(tenants)
 	start := time.Now().Add(-7 * 24 * time.Hour)
 	step := 7 * 24 * time.Hour / (3 * tenants)
+	denied := insightsDecision(b, true)
 	for _, ob := range insightsObservers {
 		b.Run("case=heap-1M-tenants-week/lib="+ob.name, func(b *testing.B) {
 			var heapMB, maxEntries, buckets float64
@@ -194,14 +218,14 @@ func BenchmarkInsightsHeap(b *testing.B) {
 				before := memSettledHeap()
 				b.StartTimer()
 				o := ob.open(b)
-				obs := tollgate.Observation{Plan: "free", Route: "GET /api/hello", Cost: 1, Outcome: tollgate.OutcomeDenied}
+				d := denied
 				for i := range 3 * tenants {
-					obs.Time = start.Add(time.Duration(i) * step)
-					obs.Tenant = names[(i*7919)%tenants]
-					o.Observe(context.Background(), obs)
+					d.Time = start.Add(time.Duration(i) * step)
+					d.Tenant = names[(i*7919)%tenants]
+					o.Observe(context.Background(), &d)
 					if i%40 == 0 {
-						obs.Tenant = "heavy"
-						o.Observe(context.Background(), obs)
+						d.Tenant = "heavy"
+						o.Observe(context.Background(), &d)
 					}
 				}
 				b.StopTimer()

@@ -43,8 +43,8 @@ func metricsPlans(b *testing.B) tollgate.PlanResolver {
 }
 
 // metricsObservers are the cases of BenchmarkMetrics: no observer; an
-// observer that does nothing (what the engine spends on observing at all:
-// building the Observation and reading the clock after the store); the
+// observer that does nothing (what the engine spends on observing at all: a
+// call with a pointer to the Decision); the
 // Prometheus Collector; promvec, the same three counts kept the usual way
 // with the Prometheus client (CounterVec.WithLabelValues and
 // Histogram.Observe per decision); tollgateotel on the OpenTelemetry SDK (a
@@ -105,27 +105,28 @@ func newVecObserver() *vecObserver {
 	}
 }
 
-func (v *vecObserver) Observe(_ context.Context, o tollgate.Observation) {
-	v.decisions.WithLabelValues(o.Plan, o.Policy, o.Route, o.Outcome.String()).Inc()
-	if o.Outcome == tollgate.OutcomeAllowed || o.Outcome == tollgate.OutcomeDelayed {
-		v.tokens.WithLabelValues(o.Plan, o.Route).Add(float64(o.Cost))
+func (v *vecObserver) Observe(_ context.Context, d *tollgate.Decision) {
+	outcome := d.Outcome()
+	v.decisions.WithLabelValues(d.Plan, d.Policy, d.Route, outcome).Inc()
+	if outcome == "allowed" || outcome == "delayed" {
+		v.tokens.WithLabelValues(d.Plan, d.Route).Add(float64(d.Cost))
 	}
-	v.latency.Observe(o.StoreLatency.Seconds())
+	v.latency.Observe(d.Latency.Seconds())
 }
 
 type nopObserver struct{}
 
-func (nopObserver) Observe(context.Context, tollgate.Observation) {}
+func (nopObserver) Observe(context.Context, *tollgate.Decision) {}
 
 // BenchmarkMetrics measures what the metrics modules add to a decision:
-// Limiter.Decide on allowed requests of 1,000 tenants on four plans over
+// Limiter.Take on allowed requests of 1,000 tenants on four plans over
 // four routes, with each observer of metricsObservers, so that `benchstat
 // -col /metrics` sets them side by side. The budget is 50 ns and 0
 // allocations over metrics=none.
 //
-//   - store=memory: the in-process store (a plain Store: one policy).
-//   - store=model: storetest.ModelStore, the reference MultiStore (a mutex and a
-//     map: slow, so the observers' share is smaller).
+//   - store=memory: the in-process store (one policy per plan).
+//   - store=model: storetest.ModelStore, the reference store (a mutex and
+//     a map: slow, so the observers' share is smaller).
 //   - case=serial: one goroutine; case=parallel: GOMAXPROCS goroutines,
 //     each walking the requests from its own random start, all counting
 //     into the same counters.
@@ -170,9 +171,8 @@ func BenchmarkMetrics(b *testing.B) {
 // It fails b if a decision is denied: the benchmarks' plans must allow all.
 func runDecisions(b *testing.B, l *tollgate.Limiter, reqs []tollgate.Request, parallel bool) {
 	ctx := context.Background()
-	var d tollgate.Decision
 	for i := range reqs {
-		l.Decide(ctx, &reqs[i], &d)
+		l.Take(ctx, reqs[i])
 	}
 	var denied atomic.Int64
 	b.ReportAllocs()
@@ -181,7 +181,7 @@ func runDecisions(b *testing.B, l *tollgate.Limiter, reqs []tollgate.Request, pa
 	if !parallel {
 		i := 0
 		for range b.N {
-			if l.Decide(ctx, &reqs[i], &d); !d.Allowed {
+			if d, _ := l.Take(ctx, reqs[i]); !d.Allowed {
 				denied.Add(1)
 			}
 			if i++; i == len(reqs) {
@@ -190,15 +190,12 @@ func runDecisions(b *testing.B, l *tollgate.Limiter, reqs []tollgate.Request, pa
 		}
 	} else {
 		b.RunParallel(func(pb *testing.PB) {
-			var d tollgate.Decision
 			i, n := rand.IntN(len(reqs)), int64(0)
-			req := make([]tollgate.Request, len(reqs)) // Decide may write the route back
-			copy(req, reqs)
 			for pb.Next() {
-				if l.Decide(ctx, &req[i], &d); !d.Allowed {
+				if d, _ := l.Take(ctx, reqs[i]); !d.Allowed {
 					n++
 				}
-				if i++; i == len(req) {
+				if i++; i == len(reqs) {
 					i = 0
 				}
 			}

@@ -12,7 +12,7 @@ import (
 const policiesTenants = 10_000
 
 // BenchmarkPolicies measures what a daily quota adds to a decision on the
-// memory store: Limiter.Decide on allowed requests of 10,000 tenants whose
+// memory store: Limiter.Take on allowed requests of 10,000 tenants whose
 // plan is a token bucket alone (policies=bucket) or the same bucket and a
 // daily quota, checked together (policies=bucket+daily). The budget is
 // 1.3x. `benchstat -col /policies` sets them side by side.
@@ -21,7 +21,7 @@ func BenchmarkPolicies(b *testing.B) {
 	plans := map[string]tollgate.Plan{
 		"bucket": {Name: "growth", Limit: bucket},
 		"bucket+daily": {Name: "growth", Limit: bucket, Policies: []tollgate.Policy{
-			{Quota: tollgate.PerDay(1e14)},
+			{Quota: tollgate.Quota{Tokens: 1e14, Period: tollgate.Daily}},
 		}},
 	}
 	reqs := make([]tollgate.Request, policiesTenants)

@@ -233,3 +233,13 @@ func TestHotTenantRace(t *testing.T) {
 		do(t, s, &storekit.Op{Kind: storekit.Reset, Tenant: "k"})
 	}
 }
+
+// TestInFlightConcurrency: 64 goroutines make requests of one tenant with
+// a cap of 5 in flight, 100,000 of them granted, some cancelled or
+// panicking: never more than 5 run at once, and no slot is left taken.
+func TestInFlightConcurrency(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now))
+	defer s.Close()
+	storetest.RunInFlight(t, []tollgate.Store{s}, clock, 100_000)
+}

@@ -9,9 +9,12 @@
 // checks it. Token buckets are GCRA: a bucket's state is one number, its
 // theoretical arrival time (TAT), in microseconds of the monotonic clock.
 // A quota's state is the tokens used and the end of the period they count
-// in, on the wall clock of the Op's time (storekit.Rule.Period). An Op is
-// decided at its Now, which the Limiter sets with one clock reading; a
-// Take, and an Op without a Now, read the clock once.
+// in, on the wall clock of the Op's time (storekit.Rule.Period). A cap on
+// requests in flight (storekit.InFlight) holds the leases of its requests
+// and when each expires, on the monotonic clock; a lease that expires is
+// dropped, so that the slots of requests whose Release never comes free
+// again. An Op is decided at its Now, which the Limiter sets with one
+// clock reading; a Take, and an Op without a Now, read the clock once.
 //
 // Each tenant's main bucket, the one Take uses (Rule.Name ""), is a word
 // that a request moves by compare-and-swap: a Take, or an Op on the main
@@ -22,14 +25,17 @@
 // and writes the main bucket first, by compare-and-swap: if a lock-free
 // Take moved it meanwhile, the Op decides again, having written nothing.
 // So a denied request takes from no rule, and no limit is exceeded however
-// many goroutines share a tenant.
+// many goroutines share a tenant. A Release or a Renew of caps alone, which
+// every request that holds a slot makes, changes its lease under the
+// tenant's lock and touches nothing else.
 //
 // # Bounds
 //
 // A missing bucket and a full one are the same state, and so are a
-// missing quota and one with nothing used in its period: a tenant whose
-// rules are all in that state is dropped by a background sweeper (see
-// WithSweepInterval), which changes no decision.
+// missing quota and one with nothing used in its period, and a missing cap
+// and one without a live lease: a tenant whose rules are all in that state
+// is dropped by a background sweeper (see WithSweepInterval), which
+// changes no decision. A cap holds at most its burst of leases.
 //
 // The Store holds at most a fixed number of tenants (WithMaxKeys, a
 // million by default), so that a flood of made-up tenant IDs cannot
@@ -37,7 +43,9 @@
 // of the cap. A new tenant that finds its shard full makes room: idle
 // tenants go first, then, if that is not enough, the tenants with the
 // least of a limit spent, so that a flood does not hand the tenants being
-// throttled a fresh burst. Stats counts evictions. A tenant ID of more
+// throttled a fresh burst; a tenant with a request in flight is kept as a
+// throttled one is, as forgetting its slots would let more requests run
+// than its cap. Stats counts evictions. A tenant ID of more
 // than 64 bytes is kept as its SHA-256 digest, so that long IDs cost no
 // more than short ones; IDs of any bytes work and never share a state.
 package memory

@@ -23,11 +23,24 @@ func (tn *tenant) idleLocked(tat, t, wall int64) bool {
 	return true
 }
 
+// pruneLocked drops the expired leases of tn's in-flight caps at t, so
+// that a tenant whose requests in flight have all ended or expired is
+// idle. tn.mu is held.
+func (tn *tenant) pruneLocked(t int64) {
+	if tn.others == nil {
+		return
+	}
+	for i := range *tn.others {
+		(*tn.others)[i].prune(t)
+	}
+}
+
 // Eviction ranks tenants by the share of their most spent rule, in classes
 // of a fortieth: a bucket one token short of a burst of 20 is in class 2,
 // an empty one in class 40, one with reservations beyond may go higher.
 // Tenants in protectedClass and up, two fifths spent or more, are evicted
-// only when their shard holds no other.
+// only when their shard holds no other; so is a tenant with a request in
+// flight, whose eviction would let more requests run than its cap.
 const (
 	classesPerLimit = 40
 	numClasses      = 64
@@ -51,6 +64,10 @@ func (tn *tenant) classLocked(tat, t, wall int64) int {
 			switch {
 			case r.kind == storekit.Bucket:
 				c = max(c, shareClass(r.tat-t, r.size))
+			case r.kind == storekit.InFlight:
+				if len(r.leases) > 0 {
+					c = max(c, protectedClass, shareClass(int64(len(r.leases)), r.size))
+				}
 			case r.end > wall:
 				c = max(c, shareClass(r.used, r.size))
 			}
@@ -65,6 +82,7 @@ func (tn *tenant) classLocked(tat, t, wall int64) int {
 func killIdle(tn *tenant, t, wall int64) (killed bool, class int) {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
+	tn.pruneLocked(t)
 	tat := tn.tat.Load()
 	// The compare-and-swap fails if a Take landed since the load.
 	if tn.idleLocked(tat, t, wall) && tn.tat.CompareAndSwap(tat, deadTAT) {

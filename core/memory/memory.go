@@ -90,7 +90,7 @@ func (s *Store) Do(_ context.Context, op *storekit.Op) error {
 		return nil
 	case storekit.Reset:
 		s.journal.Do(op)
-	case storekit.Take, storekit.Inspect, storekit.Cancel:
+	case storekit.Take, storekit.Inspect, storekit.Cancel, storekit.Release, storekit.Renew:
 	default:
 		return fmt.Errorf("%w: memory: unknown Op kind %d", storekit.ErrInvalid, op.Kind)
 	}
@@ -105,8 +105,21 @@ func (s *Store) Do(_ context.Context, op *storekit.Op) error {
 		s.doMainBucket(op)
 		return nil
 	}
+	if (op.Kind == storekit.Release || op.Kind == storekit.Renew) && inFlightOnly(op.Rules) {
+		s.tb.doLeases(op)
+		return nil
+	}
 	s.tb.doRules(op)
 	return nil
+}
+
+func inFlightOnly(rules []storekit.Rule) bool {
+	for i := range rules {
+		if rules[i].Kind != storekit.InFlight {
+			return false
+		}
+	}
+	return true
 }
 
 // doMainBucket applies a Take or an Inspect of a tenant's main bucket
@@ -139,7 +152,7 @@ func checkRule(r *storekit.Rule) error {
 		return fmt.Errorf("%w: memory: bucket %q has an Interval of %d", storekit.ErrInvalid, r.Name, r.Interval)
 	case r.Kind == storekit.Quota && r.Period == nil:
 		return fmt.Errorf("%w: memory: quota %q has no Period", storekit.ErrInvalid, r.Name)
-	case r.Kind != storekit.Bucket && r.Kind != storekit.Quota:
+	case r.Kind != storekit.Bucket && r.Kind != storekit.Quota && r.Kind != storekit.InFlight:
 		return fmt.Errorf("%w: memory: rule %q has an unknown kind %d", storekit.ErrInvalid, r.Name, r.Kind)
 	}
 	return nil

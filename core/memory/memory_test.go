@@ -228,6 +228,25 @@ func TestAllocations(t *testing.T) {
 				t.Errorf("%v allocations an Op %d (%d rules) of a tracked tenant (%d bytes)", n, i, len(ops[i].Rules), len(key))
 			}
 		}
+		// A request that holds a slot, and its Release, under leases
+		// drawn beforehand as the Limiter draws them.
+		c := storekit.Rule{Kind: storekit.InFlight, Name: "inflight", Burst: 10}
+		flight := storekit.Op{Kind: storekit.Take, Tenant: key, Rules: []storekit.Rule{main, c}, Cost: 1, LeaseTTL: time.Minute,
+			Results: make([]storekit.Result, 0, 4)}
+		release := storekit.Op{Kind: storekit.Release, Tenant: key, Rules: []storekit.Rule{c}, Results: make([]storekit.Result, 0, 4)}
+		leases := make([]string, 2000)
+		for i := range leases {
+			leases[i] = fmt.Sprint("lease-", i)
+		}
+		n := 0
+		if a := testing.AllocsPerRun(1000, func() {
+			flight.Lease, release.Lease = leases[n], leases[n]
+			n++
+			s.Do(ctx, &flight)
+			s.Do(ctx, &release)
+		}); a != 0 {
+			t.Errorf("%v allocations a request that holds a slot of a tracked tenant (%d bytes)", a, len(key))
+		}
 	}
 }
 

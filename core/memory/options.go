@@ -55,8 +55,8 @@ func WithClock(now func() time.Time) Option {
 // less than an eighth of the part of the Store the new tenant falls in,
 // tenants are evicted, those with the least of a limit spent first, up to
 // that eighth. A tenant with two fifths or more of a limit spent, which
-// includes every tenant being throttled, is evicted only when its part of
-// the Store holds no other. An evicted tenant starts again with its limits
+// includes every tenant being throttled, or with a request in flight, is
+// evicted only when its part of the Store holds no other. An evicted tenant starts again with its limits
 // full; Stats counts evictions.
 func WithMaxKeys(n int) Option {
 	return func(c *config) {

@@ -12,7 +12,22 @@ type opState struct {
 	ruleState
 	from    int // where the state came from: mainState, newState, or its index in tenant.others
 	changed bool
+
+	// In flight: the leases live after the Op, and what the Op does to
+	// its Lease, which commit writes.
+	held  int64
+	lease leaseChange
 }
+
+// A leaseChange is what an Op does to its Lease in an in-flight cap.
+type leaseChange uint8
+
+const (
+	leaseKept leaseChange = iota
+	leaseAdded
+	leaseMoved // renewed, or taken again under the same name
+	leaseDropped
+)
 
 const (
 	mainState = -1
@@ -33,7 +48,7 @@ func (tb *table) doRules(op *storekit.Op) {
 	var k lookup
 	tb.lookup(op.Tenant, &k)
 	if op.Kind == storekit.Reset {
-		tb.remove(&k)
+		tb.reset(&k)
 	}
 	for {
 		tn := k.find()
@@ -55,6 +70,63 @@ func (tb *table) doRules(op *storekit.Op) {
 			return
 		}
 	}
+}
+
+// doLeases applies a Release or a Renew of in-flight caps alone, as the
+// Limiter makes them for every request that holds a slot: under the
+// tenant's lock, it changes the lease in place, without the working copies
+// of doRules, as the reference model does.
+func (tb *table) doLeases(op *storekit.Op) {
+	t, _ := tb.clock.opTime(op.Now)
+	var k lookup
+	tb.lookup(op.Tenant, &k)
+	op.Results = op.Results[:0]
+	op.Allowed, op.Delay = false, 0
+	for {
+		tn := k.find()
+		if tn != nil {
+			tn.mu.Lock()
+			if tn.tat.Load() == deadTAT {
+				tn.mu.Unlock()
+				continue
+			}
+		}
+		for i := range op.Rules {
+			r := &op.Rules[i]
+			held := 0
+			if s := tn.inFlight(r.Name); s != nil {
+				s.prune(t)
+				if _, live := s.leases[op.Lease]; live {
+					if op.Kind == storekit.Release {
+						delete(s.leases, op.Lease)
+					} else {
+						s.setLease(op.Lease, t+op.LeaseTTL.Microseconds())
+					}
+				}
+				held = len(s.leases)
+			}
+			op.Results = append(op.Results, storekit.Result{Allowed: int64(held) < r.Burst, Remaining: max(r.Burst-int64(held), 0)})
+		}
+		if tn != nil {
+			tn.mu.Unlock()
+		}
+		return
+	}
+}
+
+// inFlight returns the state of tn's in-flight cap called name, or nil (tn
+// may be nil). tn.mu is held.
+func (tn *tenant) inFlight(name string) *ruleState {
+	if tn == nil || tn.others == nil {
+		return nil
+	}
+	others := *tn.others
+	for i := range others {
+		if o := &others[i]; o.kind == storekit.InFlight && o.name == name {
+			return o
+		}
+	}
+	return nil
 }
 
 // A workingSet is an Op's copies of the states of its rules: the state of
@@ -82,7 +154,8 @@ func apply(tn *tenant, op *storekit.Op, t int64, now time.Time) bool {
 	if len(op.Rules) > inlineRules {
 		states, index = make([]opState, 0, len(op.Rules)), make([]int, 0, len(op.Rules))
 	}
-	w := loadStates(states, index, tn, op.Rules, mainTAT, now, wall)
+	w := loadStates(states, index, tn, op.Rules, mainTAT, t, now, wall)
+	w.endLease(op)
 
 	cost := max(op.Cost, 1)
 	if op.Kind == storekit.Cancel && t < op.Mark {
@@ -96,9 +169,9 @@ func apply(tn *tenant, op *storekit.Op, t int64, now time.Time) bool {
 	granted := op.Kind == storekit.Take && allowed
 	op.Results = op.Results[:0]
 	for i := range op.Rules {
-		op.Results = append(op.Results, w.settle(i, &op.Rules[i], cost, t, now, granted))
+		op.Results = append(op.Results, w.settle(i, &op.Rules[i], op.Lease, cost, t, now, granted))
 	}
-	if tn != nil && !commit(tn, w.states, mainTAT, t, wall) {
+	if tn != nil && !commit(tn, w.states, mainTAT, t, wall, op.Lease, t+op.LeaseTTL.Microseconds()) {
 		return false
 	}
 	op.Allowed, op.Delay = false, 0
@@ -116,7 +189,7 @@ func apply(tn *tenant, op *storekit.Op, t int64, now time.Time) bool {
 
 // loadStates copies the states of rules from tn into states and index,
 // which it returns as a workingSet.
-func loadStates(states []opState, index []int, tn *tenant, rules []storekit.Rule, mainTAT int64, now time.Time, wall int64) workingSet {
+func loadStates(states []opState, index []int, tn *tenant, rules []storekit.Rule, mainTAT, t int64, now time.Time, wall int64) workingSet {
 	for i := range rules {
 		r := &rules[i]
 		j := 0
@@ -128,9 +201,37 @@ func loadStates(states []opState, index []int, tn *tenant, rules []storekit.Rule
 			continue
 		}
 		index = append(index, len(states))
-		states = append(states, load(tn, r, mainTAT, now, wall))
+		states = append(states, opState{})
+		load(&states[len(states)-1], tn, r, mainTAT, t, now, wall)
 	}
 	return workingSet{states, index}
+}
+
+// endLease applies a Release, a Cancel or a Renew to the Op's Lease in
+// its in-flight caps: a Release or a Cancel gives the slot back, a Renew
+// moves a live lease's expiry.
+func (w *workingSet) endLease(op *storekit.Op) {
+	var change leaseChange
+	switch op.Kind {
+	case storekit.Release, storekit.Cancel:
+		change = leaseDropped
+	case storekit.Renew:
+		change = leaseMoved
+	default:
+		return
+	}
+	for i := range w.states {
+		s := &w.states[i]
+		if s.kind != storekit.InFlight {
+			continue
+		}
+		if _, live := s.leases[op.Lease]; live {
+			s.lease, s.changed = change, true
+			if change == leaseDropped {
+				s.held--
+			}
+		}
+	}
 }
 
 // giveBack gives back what a reservation of cost took from rules, which
@@ -138,10 +239,13 @@ func loadStates(states []opState, index []int, tn *tenant, rules []storekit.Rule
 func (w *workingSet) giveBack(rules []storekit.Rule, cost, t int64) {
 	for i := range rules {
 		r, s := &rules[i], w.of(i)
-		if r.Kind == storekit.Quota {
+		switch r.Kind {
+		case storekit.Quota:
 			s.used = max(s.used-cost, 0)
-		} else {
+		case storekit.Bucket:
 			s.tat = max(s.tat-cost*r.Interval, t)
+		default:
+			continue
 		}
 		s.changed = true
 	}
@@ -154,8 +258,12 @@ func (w *workingSet) decide(rules []storekit.Rule, cost, maxDelay, t int64) (all
 	allowed = true
 	for i := range rules {
 		r, s := &rules[i], w.of(i)
-		if r.Kind == storekit.Quota {
+		switch r.Kind {
+		case storekit.Quota:
 			allowed = allowed && s.used+cost <= r.Burst
+			continue
+		case storekit.InFlight:
+			allowed = allowed && s.held < r.Burst
 			continue
 		}
 		if wait := bucketWait(s.tat, t, r, cost); wait > 0 {
@@ -167,14 +275,28 @@ func (w *workingSet) decide(rules []storekit.Rule, cost, maxDelay, t int64) (all
 }
 
 // settle takes a granted request of cost from rule i, r, and returns the
-// rule's result.
-func (w *workingSet) settle(i int, r *storekit.Rule, cost, t int64, now time.Time, granted bool) storekit.Result {
+// rule's result. A granted request holds a slot of an in-flight cap
+// whatever its cost.
+func (w *workingSet) settle(i int, r *storekit.Rule, lease string, cost, t int64, now time.Time, granted bool) storekit.Result {
 	s := w.of(i)
-	if r.Kind == storekit.Bucket {
+	switch r.Kind {
+	case storekit.Bucket:
 		var res storekit.Result
 		res, s.tat = bucketResult(s.tat, t, r, cost, granted)
 		s.changed = s.changed || granted
 		return res
+	case storekit.InFlight:
+		if granted && s.lease == leaseKept {
+			// Rules that name one state share it: the lease is added
+			// once.
+			s.lease, s.changed = leaseAdded, true
+			if _, live := s.leases[lease]; live {
+				s.lease = leaseMoved
+			} else {
+				s.held++
+			}
+		}
+		return storekit.Result{Allowed: granted || s.held < r.Burst, Remaining: max(r.Burst-s.held, 0)}
 	}
 	if granted {
 		// The count moves to the period the request falls in: a
@@ -186,17 +308,20 @@ func (w *workingSet) settle(i int, r *storekit.Rule, cost, t int64, now time.Tim
 	return quotaResult(&s.ruleState, r, cost, now.UnixMicro(), granted)
 }
 
-// load returns a working copy of the state of tn's rule r (tn may be nil),
-// a quota's count reset if its period has ended.
-func load(tn *tenant, r *storekit.Rule, mainTAT int64, now time.Time, wall int64) opState {
-	s := opState{ruleState: ruleState{name: r.Name, kind: r.Kind, tat: fullTAT}, from: newState}
+// load sets s to a working copy of the state of tn's rule r (tn may be
+// nil), a quota's count reset if its period has ended, an in-flight cap's
+// expired leases dropped.
+func load(s *opState, tn *tenant, r *storekit.Rule, mainTAT, t int64, now time.Time, wall int64) {
+	s.ruleState = ruleState{name: r.Name, kind: r.Kind, tat: fullTAT}
+	s.from = newState
 	switch {
 	case r.Kind == storekit.Bucket && r.Name == "":
 		s.tat, s.from = mainTAT, mainState
 	case tn != nil && tn.others != nil:
-		for i, o := range *tn.others {
-			if o.name == r.Name && o.kind == r.Kind {
-				s.ruleState, s.from = o, i
+		others := *tn.others
+		for i := range others {
+			if o := &others[i]; o.name == r.Name && o.kind == r.Kind {
+				s.ruleState, s.from = *o, i
 				break
 			}
 		}
@@ -204,19 +329,27 @@ func load(tn *tenant, r *storekit.Rule, mainTAT int64, now time.Time, wall int64
 	if r.Kind == storekit.Quota && s.end <= wall {
 		s.used, s.end = 0, periodEnd(r, now)
 	}
-	if r.Kind == storekit.Quota {
+	switch r.Kind {
+	case storekit.Quota:
 		s.size = r.Burst
-	} else {
+	case storekit.InFlight:
+		s.size = r.Burst
+		// Pruning changes the shared map at once, which is safe
+		// whatever the Op decides: an expired lease is gone for every
+		// later Op.
+		s.changed = s.prune(t)
+		s.held = int64(len(s.leases))
+	default:
 		s.size = r.Tolerance()
 	}
-	return s
 }
 
 // commit writes the changed states back to tn: the main bucket first, by
 // compare-and-swap from mainTAT, which fails if a lock-free Take moved it;
+// then lease, in the in-flight caps, set to expire at expires or dropped;
 // then the others, of which it keeps only those that are not idle. tn.mu
 // is held.
-func commit(tn *tenant, states []opState, mainTAT, t, wall int64) bool {
+func commit(tn *tenant, states []opState, mainTAT, t, wall int64, lease string, expires int64) bool {
 	changed := false
 	for i := range states {
 		changed = changed || states[i].changed
@@ -230,6 +363,14 @@ func commit(tn *tenant, states []opState, mainTAT, t, wall int64) bool {
 				return false
 			}
 			tn.noteTolerance(s.size)
+		}
+	}
+	for i := range states {
+		switch s := &states[i]; s.lease {
+		case leaseAdded, leaseMoved:
+			s.setLease(lease, expires)
+		case leaseDropped:
+			delete(s.leases, lease)
 		}
 	}
 	var others []ruleState
@@ -246,9 +387,15 @@ func commit(tn *tenant, states []opState, mainTAT, t, wall int64) bool {
 		}
 	}
 	kept := others[:0]
-	for _, o := range others {
-		if !o.idle(t, wall) {
-			kept = append(kept, o)
+	for i := range others {
+		// An in-flight cap stays, empty, while the tenant does: its
+		// requests come and go, and its map serves them all.
+		if o := &others[i]; !o.idle(t, wall) || o.kind == storekit.InFlight {
+			if len(kept) != i {
+				kept = append(kept, *o)
+			} else {
+				kept = kept[:i+1]
+			}
 		}
 	}
 	switch {

@@ -3,6 +3,7 @@ package memory
 import (
 	"crypto/sha256"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,23 +97,64 @@ type tenant struct {
 
 // A ruleState is the state of one rule of a tenant other than its main
 // bucket. Rules are told apart by name and kind, as the reference model's
-// state of a name holds a bucket's TAT and a quota's count apart.
+// state of a name holds a bucket's TAT, a quota's count and the leases of
+// requests in flight apart.
 type ruleState struct {
 	name string
 	kind storekit.RuleKind
-	size int64 // a bucket's tolerance, a quota's tokens: to rank the tenant for eviction
+	size int64 // a bucket's tolerance, a quota's tokens, an in-flight cap: to rank the tenant for eviction
 	tat  int64 // a bucket's TAT
 	used int64 // a quota's tokens used in the period that ends at end
 	end  int64 // in Unix microseconds of the wall clock
+
+	// leases, for an in-flight cap, holds when each lease expires, in the
+	// Store's microseconds; none expires before pruneAt. Ops change the
+	// map in place, under the tenant's lock, once their decision stands.
+	leases  map[string]int64
+	pruneAt int64
 }
 
 // idle reports whether the rule is in the state of a rule never used: a
-// full bucket, or a quota with nothing used in its period.
+// full bucket, a quota with nothing used in its period, an in-flight cap
+// with no lease (expired ones count until pruned).
 func (r *ruleState) idle(t, wall int64) bool {
-	if r.kind == storekit.Quota {
+	switch r.kind {
+	case storekit.Quota:
 		return r.used == 0 || r.end <= wall
+	case storekit.InFlight:
+		return len(r.leases) == 0
 	}
 	return r.tat <= t
+}
+
+// prune drops the leases expired at t, and reports whether it looked. It
+// looks only once the earliest lease may have expired, so that an Op does
+// not walk every lease of a tenant with many requests in flight.
+func (r *ruleState) prune(t int64) bool {
+	if len(r.leases) == 0 || t < r.pruneAt {
+		return false
+	}
+	next := int64(math.MaxInt64)
+	for lease, expires := range r.leases {
+		if expires <= t {
+			delete(r.leases, lease)
+		} else {
+			next = min(next, expires)
+		}
+	}
+	r.pruneAt = next
+	return true
+}
+
+// setLease adds or moves lease to expire at expires.
+func (r *ruleState) setLease(lease string, expires int64) {
+	if r.leases == nil {
+		r.leases = make(map[string]int64)
+	}
+	if len(r.leases) == 0 || expires < r.pruneAt {
+		r.pruneAt = expires
+	}
+	r.leases[lease] = expires
 }
 
 // noteTolerance records the main bucket's tolerance, for eviction.
@@ -214,20 +256,38 @@ func (tb *table) insert(k *lookup) *tenant {
 	return tn
 }
 
-// remove drops k's tenant, whatever its state.
-func (tb *table) remove(k *lookup) {
+// reset forgets k's tenant but for the leases of its requests in flight,
+// which count requests that still run: a tenant without them is dropped,
+// one with them keeps them alone, its main bucket full again.
+func (tb *table) reset(k *lookup) {
 	sh := k.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var prev *tenant
 	for tn := sh.m[k.h]; tn != nil; prev, tn = tn, tn.next {
-		if k.is(tn) {
-			tn.mu.Lock()
+		if !k.is(tn) {
+			continue
+		}
+		tn.mu.Lock()
+		defer tn.mu.Unlock()
+		var kept []ruleState
+		if tn.others != nil {
+			for _, o := range *tn.others {
+				if o.kind == storekit.InFlight && len(o.leases) > 0 {
+					kept = append(kept, o)
+				}
+			}
+		}
+		if len(kept) == 0 {
 			tn.tat.Store(deadTAT)
-			tn.mu.Unlock()
 			sh.unlink(k.h, prev, tn)
 			return
 		}
+		// A lock-free Take that read the old TAT fails its
+		// compare-and-swap and takes from the full bucket.
+		*tn.others = kept
+		tn.tat.Store(fullTAT)
+		return
 	}
 }
 

@@ -3,19 +3,25 @@
 -- Lua: read that first. One call carries the Ops of many tenants, so that
 -- Redis runs the script, and reads its clock, once for all of them.
 --
--- KEYS[k] is the hash of Op k's tenant; its fields are the rule names,
--- its values the states:
+-- KEYS holds, per Op, the hash of its tenant, then the sorted set of each
+-- of its in-flight caps, in the order of its rules. The hash's fields are
+-- the rule names, its values the states:
 --   a token bucket  "<sec>.<usec>"          its theoretical arrival time (TAT)
 --   a quota         "<used>:<sec>.<usec>"   tokens used in the period ending then
 -- A missing field is an empty state: a full bucket, an unused quota. The
 -- field "~expires" holds the time, in milliseconds since 1970, that the
 -- hash's TTL was last set to end at, so that an Op need not ask for it.
+-- An in-flight cap's set holds the leases of the requests in flight, each
+-- scored by when it expires, in microseconds since 1970; a missing set is
+-- an empty one. The set expires when its last lease does, and a Reset,
+-- which deletes the hash, leaves it alone: its requests still run.
 --
 -- ARGV: the clock ("" for TIME; tests pass a time), then per Op: kind
 -- (storekit.Kind), cost, max delay (µs), mark (a Cancel's "<sec>.<usec>",
--- else ""), the number of rules n, their n names, then per rule its
--- burst, its interval (µs per token; 0 for a quota) and a quota's period
--- as the client computed it, start and end ("" for a bucket).
+-- else ""), lease, lease TTL (µs), the number of rules n, their n names,
+-- then per rule its burst, its interval (µs per token; 0 for a quota, -1
+-- for an in-flight cap) and a quota's period as the client computed it,
+-- start and end ("" for the others).
 --
 -- Reply: now (sec, usec), then per Op a list: 0, allowed (0/1), delay
 -- (µs), then per rule allowed, remaining, retry after and reset after
@@ -26,7 +32,8 @@
 --
 -- Lua numbers are doubles: every sum below stays under 2^53. Times are
 -- kept relative to now; an absolute time in microseconds since 1970 plus a
--- reservation of a hundred years would not.
+-- reservation of a hundred years would not. A lease's expiry is absolute,
+-- as a set's scores must be: now plus a TTL of at most a century.
 
 -- Every command goes through call or pcall; the test of declared keys
 -- replaces this line with wrappers that fail on any key not in KEYS.
@@ -74,16 +81,39 @@ local function stamp(d)
   return string.format('%d.%06d', now_sec + sec, us)
 end
 
--- apply applies the Op whose arguments start at ARGV[a] to key, and
--- returns its reply and where the next Op's arguments start.
-local function apply(key, a)
+-- now_us is now in microseconds since 1970, as a set's scores count.
+local now_us = string.format('%d', now_sec * 1e6 + now_usec)
+
+-- expire_set sets the TTL of the sorted set of leases set to end when
+-- its last lease expires.
+local function expire_set(set)
+  local last = call('ZRANGE', set, -1, -1, 'WITHSCORES')
+  if last[2] then
+    local left = (tonumber(last[2]) - now_sec * 1e6) - now_usec
+    call('PEXPIRE', set, math.max(math.ceil(left / 1000), 0) + slack)
+  end
+end
+
+-- apply applies the Op whose arguments start at ARGV[a] to the keys from
+-- KEYS[k] on, and returns its reply and where the next Op's arguments and
+-- keys start.
+local function apply(k, a)
+  local key = KEYS[k]
   local kind, cost, max_delay = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local mark, n = ARGV[a + 3], tonumber(ARGV[a + 4])
-  local names, figures = a + 4, a + 4 + n -- rule i: ARGV[names + i]; ARGV[figures + 4i - 3 ...]
+  local mark, lease, lease_ttl, n = ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local names, figures = a + 6, a + 6 + n -- rule i: ARGV[names + i]; ARGV[figures + 4i - 3 ...]
   local next_op = figures + 4 * n + 1
   local take = kind == 1
   if not take then
     max_delay = 0
+  end
+
+  -- caps[i] is the sorted set of rule i if it is an in-flight cap.
+  local caps, next_key = {}, k + 1
+  for i = 1, n do
+    if ARGV[figures + 4 * i - 2] == '-1' then
+      caps[i], next_key = KEYS[next_key], next_key + 1
+    end
   end
 
   -- reply[r], r = 4i .. 4i+3, holds rule i's results in the end; until
@@ -98,7 +128,7 @@ local function apply(key, a)
     if ARGV[f + 1] == '0' then
       local s, e = at(ARGV[f + 2]), at(ARGV[f + 3])
       if s == nil or e == nil or s > 0 or e <= 0 then
-        return { 1 }, next_op
+        return { 1 }, next_op, next_key
       end
       reply[4 * i + 2] = e
     end
@@ -108,8 +138,24 @@ local function apply(key, a)
   -- anything is written, and only this Op fails.
   local stored = pcall('HMGET', key, '~expires', unpack(ARGV, names + 1, names + n))
   if stored.err then
-    return { 2, stored.err }, next_op
+    return { 2, stored.err }, next_op, next_key
   end
+
+  -- held[set] is how many leases of a cap are live; caps that name one
+  -- set share it. Expired leases go first, and with them a key of
+  -- another type fails the Op before anything is written.
+  local held = {}
+  for i = 1, n do
+    local set = caps[i]
+    if set and not held[set] then
+      local pruned = pcall('ZREMRANGEBYSCORE', set, '-inf', now_us)
+      if type(pruned) == 'table' and pruned.err then
+        return { 2, pruned.err }, next_op, next_key
+      end
+      held[set] = call('ZCARD', set)
+    end
+  end
+
   if kind == 3 then
     call('DEL', key)
     stored = {}
@@ -118,7 +164,7 @@ local function apply(key, a)
   local invalid
   for i = 1, n do
     local v, used, left = stored[i + 1], 0, reply[4 * i + 2]
-    if v then
+    if v and not caps[i] then
       if left == nil then
         local t = at(v)
         if t == nil then
@@ -144,6 +190,21 @@ local function apply(key, a)
     call('HDEL', key, unpack(invalid))
   end
 
+  -- A Release or a Cancel gives the lease's slot back; a Renew moves a
+  -- live lease's expiry.
+  local expires = string.format('%d', now_sec * 1e6 + now_usec + lease_ttl)
+  if kind == 4 or kind == 8 or kind == 9 then
+    for set in pairs(held) do
+      if kind == 9 then
+        if call('ZADD', set, 'XX', 'CH', expires, lease) == 1 then
+          expire_set(set)
+        end
+      else
+        held[set] = held[set] - call('ZREM', set, lease)
+      end
+    end
+  end
+
   -- A Cancel whose reservation has not begun gives back what it took.
   local dirty = false
   if kind == 4 then
@@ -155,7 +216,9 @@ local function apply(key, a)
   for i = 1, n do
     local f = figures + 4 * i - 3
     local burst, interval, v = tonumber(ARGV[f]), tonumber(ARGV[f + 1]), reply[4 * i]
-    if interval > 0 then
+    if interval < 0 then
+      allowed = allowed and held[caps[i]] < burst
+    elseif interval > 0 then
       local need = cost * interval
       if dirty then
         v = math.max(v - need, 0)
@@ -178,13 +241,23 @@ local function apply(key, a)
   if allowed and (take or kind == 2) then
     reply[2], reply[3] = 1, delay
   end
+  if granted then
+    -- One slot per request, whatever its cost.
+    for set in pairs(held) do
+      held[set] = held[set] + call('ZADD', set, expires, lease)
+      expire_set(set)
+    end
+  end
 
   local sets, dels, keep = {}, nil, 0
   for i = 1, n do
     local f = figures + 4 * i - 3
     local burst, interval, v, left = tonumber(ARGV[f]), tonumber(ARGV[f + 1]), reply[4 * i], reply[4 * i + 1]
     local ok, remaining, retry, reset, value
-    if interval > 0 then
+    if interval < 0 then
+      v = held[caps[i]]
+      ok, remaining, retry, reset = granted or v < burst, math.max(burst - v, 0), 0, 0
+    elseif interval > 0 then
       local tol, need = burst * interval, cost * interval
       if granted then
         v = v + need
@@ -215,7 +288,7 @@ local function apply(key, a)
       end
     end
     reply[4 * i], reply[4 * i + 1], reply[4 * i + 2], reply[4 * i + 3] = ok and 1 or 0, remaining, retry, reset
-    if dirty then
+    if dirty and interval >= 0 then
       if value then
         sets[#sets + 1], sets[#sets + 2] = ARGV[names + i], value
         keep = math.max(keep, reset)
@@ -250,11 +323,11 @@ local function apply(key, a)
       reply[#reply + 1] = invalid[i]
     end
   end
-  return reply, next_op
+  return reply, next_op, next_key
 end
 
-local replies, a = { now_sec, now_usec }, 2
-for k = 1, #KEYS do
-  replies[k + 2], a = apply(KEYS[k], a)
+local replies, a, k = { now_sec, now_usec }, 2, 1
+while k <= #KEYS do
+  replies[#replies + 1], a, k = apply(k, a)
 end
 return replies

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
 // The call path. A caller encodes its Op as the script's arguments, queues
@@ -54,8 +55,9 @@ const minConnectBudget = time.Second
 // the Op; the runner sees only the Op's arguments to the script and writes
 // back its reply, so a caller that gives up may reuse its Op at once.
 type call struct {
-	key  string
-	args []any // the Op's part of the script's ARGV
+	key  string   // the hash of the Op's tenant
+	sets []string // the sorted sets of its in-flight caps
+	args []any    // the Op's part of the script's ARGV
 
 	state atomic.Int32
 	done  chan struct{} // one send per answer, so a call can be reused
@@ -78,11 +80,14 @@ const (
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// answer hands c's reply or err to its caller, unless the caller gave up.
-func (c *call) answer(from int32) {
+// answer hands c's reply or err to its caller, unless the caller gave up,
+// and reports whether it did.
+func (c *call) answer(from int32) bool {
 	if c.state.CompareAndSwap(from, callDone) {
 		c.done <- struct{}{}
+		return true
 	}
+	return false
 }
 
 // onceCmd is a command that go-redis must not send again after a failed
@@ -120,19 +125,9 @@ func (e *endpoint) do(ctx context.Context, c *call) error {
 	if !e.breaker.allow(time.Now()) {
 		return unavailable("circuit_open", errCircuitOpen)
 	}
-	c.reply, c.err = nil, nil
-	c.state.Store(callQueued)
-	e.mu.Lock()
-	if len(e.queue) >= maxQueued {
-		e.mu.Unlock()
-		return unavailable("queue_full", errQueueFull)
+	if err := e.enqueue(c); err != nil {
+		return err
 	}
-	e.queue = append(e.queue, c)
-	if e.runners < maxRunners {
-		e.runners++
-		go e.run()
-	}
-	e.mu.Unlock()
 
 	select {
 	case <-c.done:
@@ -147,6 +142,24 @@ func (e *endpoint) do(ctx context.Context, c *call) error {
 		<-c.done // answered meanwhile
 	}
 	return c.err
+}
+
+// enqueue queues c for a runner, and starts one if fewer than maxRunners
+// run.
+func (e *endpoint) enqueue(c *call) error {
+	c.reply, c.err = nil, nil
+	c.state.Store(callQueued)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.queue) >= maxQueued {
+		return unavailable("queue_full", errQueueFull)
+	}
+	e.queue = append(e.queue, c)
+	if e.runners < maxRunners {
+		e.runners++
+		go e.run()
+	}
+	return nil
 }
 
 // run sends what is queued, one round trip at a time, until the queue is
@@ -243,14 +256,21 @@ func (e *endpoint) scriptCalls(ctx context.Context, calls []*call) []scriptCall 
 	for len(calls) > 0 {
 		group := calls[:min(len(calls), e.perCmd)]
 		calls = calls[len(group):]
-		size := 4 + len(group)
+		keys := 0
 		for _, c := range group {
-			size += 1 + len(c.args)
+			keys += 1 + len(c.sets)
+		}
+		size := 4 + keys
+		for _, c := range group {
+			size += len(c.args)
 		}
 		args := make([]any, 0, size)
-		args = append(args, "evalsha", e.store.script.sha, len(group))
+		args = append(args, "evalsha", e.store.script.sha, keys)
 		for _, c := range group {
 			args = append(args, c.key)
+			for _, set := range c.sets {
+				args = append(args, set)
+			}
 		}
 		args = append(args, clock)
 		for _, c := range group {
@@ -280,8 +300,31 @@ func (e *endpoint) answer(ctx context.Context, sc scriptCall, err error, latency
 			c.now = sec*1e6 + usec
 			c.reply, _ = vals[2+i].([]any)
 		}
-		c.answer(callSent)
+		if !c.answer(callSent) && c.grantedSlot() {
+			e.releaseOrphan(c)
+		}
 	}
+}
+
+// grantedSlot reports whether c, whose reply has come, is a Take that
+// Redis granted a slot of an in-flight cap.
+func (c *call) grantedSlot() bool {
+	kind, _ := c.args[0].(int64)
+	if c.err != nil || len(c.sets) == 0 || storekit.Kind(kind) != storekit.Take || len(c.reply) < 2 {
+		return false
+	}
+	flag, _ := c.reply[0].(int64)
+	allowed, _ := c.reply[1].(int64)
+	return flag == 0 && allowed == 1
+}
+
+// releaseOrphan releases the slot of c, a Take granted after its caller
+// gave up: no one holds it, and no one would release it before its lease
+// ends. The runner owns an abandoned call, and sends it again as the
+// Release of its lease, to be answered to no one.
+func (e *endpoint) releaseOrphan(c *call) {
+	c.args[0] = int64(storekit.Release)
+	_ = e.enqueue(c) // with the queue full, the lease expires
 }
 
 // replyError returns the error of cmd after a pipeline whose Exec

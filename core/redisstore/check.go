@@ -25,8 +25,9 @@ const checkTenant = "#tollgate-check"
 
 // check answers a storekit.Check: that every server answers, accepts the
 // credentials and the database, lets the user load the script and run it
-// on keys under the prefix (a Take and a Reset of a bucket and a quota of
-// checkTenant); then it warns if Redis may evict the Store's keys.
+// on keys under the prefix (a Take, a Reset and a Release of a bucket, a
+// quota and an in-flight cap of checkTenant); then it warns if Redis may
+// evict the Store's keys.
 func (s *Store) check(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -52,9 +53,11 @@ func (s *Store) check(ctx context.Context) error {
 	rules := []storekit.Rule{
 		storekit.BucketRule(1000, 1000),
 		{Kind: storekit.Quota, Name: "check", Burst: 1000, Period: day},
+		{Kind: storekit.InFlight, Name: "check", Burst: 1},
 	}
-	for _, kind := range []storekit.Kind{storekit.Take, storekit.Reset} {
-		op := storekit.Op{Kind: kind, Tenant: checkTenant, Rules: rules, Cost: 1}
+	// A Reset leaves the lease: the Release takes it away.
+	for _, kind := range []storekit.Kind{storekit.Take, storekit.Reset, storekit.Release} {
+		op := storekit.Op{Kind: kind, Tenant: checkTenant, Rules: rules, Cost: 1, Lease: "check", LeaseTTL: checkTimeout}
 		if err := s.Do(ctx, &op); err != nil {
 			return s.checkError(ctx, "the script", err)
 		}

@@ -51,7 +51,7 @@ func TestCheckedScriptIsChecked(t *testing.T) {
 func TestConformance(t *testing.T) {
 	client := sharedClient(t)
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) tollgate.Store {
-		return newStore(t, client, redisstore.WithTestClock(clock.Now))
+		return newStore(t, client, redisstore.WithTestClock(clock.Now), redisstore.WithTimeout(patientTimeout))
 	})
 }
 
@@ -75,7 +75,9 @@ func TestConformanceReplicas(t *testing.T) {
 		return stores
 	}
 	clock := storetest.NewClock()
-	t.Run("Concurrency", func(t *testing.T) { storetest.RunConcurrency(t, replicas(redisstore.WithTestClock(clock.Now)), clock) })
+	t.Run("Concurrency", func(t *testing.T) {
+		storetest.RunConcurrency(t, replicas(redisstore.WithTestClock(clock.Now), redisstore.WithTimeout(patientTimeout)), clock)
+	})
 	t.Run("Wait", func(t *testing.T) { storetest.RunWait(t, replicas()) })
 }
 
@@ -86,7 +88,7 @@ func TestDeclaredKeys(t *testing.T) {
 	for name, client := range map[string]redis.UniversalClient{"single": sharedClient(t), "cluster": startCluster(t)} {
 		t.Run(name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, clock *storetest.Clock) tollgate.Store {
-				return newStore(t, client, redisstore.WithTestClock(clock.Now), redisstore.WithScript(checkedScript))
+				return newStore(t, client, redisstore.WithTestClock(clock.Now), redisstore.WithScript(checkedScript), redisstore.WithTimeout(patientTimeout))
 			})
 			for seed := range uint64(3) {
 				compareWithModel(t, client, randomSteps(seed, 300), redisstore.WithScript(checkedScript))

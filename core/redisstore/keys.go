@@ -38,6 +38,12 @@ func redisKey(prefix, tenant string) string {
 	return prefix + "{" + string(b[:]) + "}"
 }
 
+// inFlightKey returns the key of the sorted set that holds the leases of
+// the in-flight cap called rule of the tenant whose hash is key: the key,
+// ":f:" and the rule's name. It shares the hash's tag, and so its Cluster
+// slot; no hash's key, which ends at its tag, is ever one.
+func inFlightKey(key, rule string) string { return key + ":f:" + rule }
+
 func rawTenantOK(tenant string) bool {
 	if len(tenant) == 0 || len(tenant) > maxRawTenant || tenant[0] == hashedMark {
 		return false

@@ -42,17 +42,20 @@ func (c *call) encode(op *storekit.Op, key string, when time.Time) {
 	if op.Kind == storekit.Take {
 		delay = min(max(op.MaxDelay, 0), maxDelay).Microseconds()
 	}
-	c.key = key
-	c.args = append(c.args[:0], int64(op.Kind), max(op.Cost, 1), delay, mark, len(op.Rules))
+	c.key, c.sets = key, c.sets[:0]
+	c.args = append(c.args[:0], int64(op.Kind), max(op.Cost, 1), delay, mark, op.Lease, op.LeaseTTL.Microseconds(), len(op.Rules))
 	for i := range op.Rules {
 		c.args = append(c.args, op.Rules[i].Name)
 	}
 	for i := range op.Rules {
-		r := &op.Rules[i]
-		if r.Kind == storekit.Quota {
+		switch r := &op.Rules[i]; r.Kind {
+		case storekit.Quota:
 			start, end := r.Period(when)
 			c.args = append(c.args, r.Burst, 0, stamp(start.UnixMicro()), stamp(end.UnixMicro()))
-		} else {
+		case storekit.InFlight:
+			c.args = append(c.args, r.Burst, -1, "", "")
+			c.sets = append(c.sets, inFlightKey(key, r.Name))
+		default:
 			c.args = append(c.args, r.Burst, r.Interval, "", "")
 		}
 	}

@@ -184,8 +184,13 @@ func isNil(c redis.UniversalClient) bool {
 
 // Key returns the Redis key of the hash that holds tenant's rule states,
 // one field per rule (named as the rule) and "~expires", so that an
-// operator can look at them (HGETALL) or delete them. Every key a Store
-// writes is such a hash.
+// operator can look at them (HGETALL) or delete them. The leases of the
+// requests in flight under an in-flight policy (tollgate.Policy.InFlight)
+// live in a sorted set beside it, under Key(tenant) + ":f:" + the rule's
+// name ("inflight", "b:<budget>:inflight"), each scored by when it
+// expires in microseconds since 1970 (ZRANGE key 0 -1 WITHSCORES). Every
+// key a Store writes is one of these, or the overrides and change log
+// under the prefix and "{#admin}:".
 func (s *Store) Key(tenant string) string { return redisKey(s.prefix, tenant) }
 
 // Take takes cost tokens from the token bucket of key under limit, as a Do
@@ -203,7 +208,11 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 // wrapping ErrUnavailable when Redis did not answer, storekit.ErrMisconfigured
 // for a mistake that waiting will not mend, and storekit.ErrInvalid for
 // rules beyond what the Store can compute exactly. If ctx ends first, Do
-// returns at once; an Op already written to Redis may still be applied.
+// returns at once; an Op already written to Redis may still be applied,
+// and the slot of an in-flight cap that such a Take was granted is
+// released as soon as Redis answers. A Release or a Cancel, which give
+// back what a request held, go to Redis whatever ctx does, and Do waits
+// for them.
 func (s *Store) Do(ctx context.Context, op *storekit.Op) (err error) {
 	switch op.Kind {
 	case storekit.Check:
@@ -218,7 +227,12 @@ func (s *Store) Do(ctx context.Context, op *storekit.Op) (err error) {
 				}
 			}()
 		}
-	case storekit.Take, storekit.Inspect, storekit.Cancel:
+	case storekit.Release, storekit.Cancel:
+		// They give back what a request held, which must come back even
+		// when the caller has gone: its context's end must not keep
+		// them from Redis.
+		ctx = context.WithoutCancel(ctx)
+	case storekit.Take, storekit.Inspect, storekit.Renew:
 	default:
 		return fmt.Errorf("%w: redisstore: unknown Op kind %d", storekit.ErrInvalid, op.Kind)
 	}
@@ -336,9 +350,11 @@ func checkRules(op *storekit.Op) error {
 				storekit.ErrInvalid, r.Name, r.Burst, r.Interval)
 		case r.Kind == storekit.Quota && r.Period == nil:
 			return fmt.Errorf("%w: redisstore: quota rule %q has no Period", storekit.ErrInvalid, r.Name)
-		case r.Kind != storekit.Bucket && r.Kind != storekit.Quota:
+		case r.Kind != storekit.Bucket && r.Kind != storekit.Quota && r.Kind != storekit.InFlight:
 			return fmt.Errorf("%w: redisstore: rule %q has unknown kind %d", storekit.ErrInvalid, r.Name, r.Kind)
-		case r.Name == expiresField:
+		case r.Kind == storekit.InFlight && (op.LeaseTTL < 0 || op.LeaseTTL > maxDelay):
+			return fmt.Errorf("%w: redisstore: a lease of %v is not 0 to a hundred years", storekit.ErrInvalid, op.LeaseTTL)
+		case r.Name == expiresField && r.Kind != storekit.InFlight:
 			return fmt.Errorf("%w: redisstore: a rule may not be named %q, the field of the hash's expiry", storekit.ErrInvalid, r.Name)
 		}
 	}

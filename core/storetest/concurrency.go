@@ -1,6 +1,9 @@
 package storetest
 
 import (
+	"context"
+	"errors"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -24,6 +27,8 @@ const concurrencyWorkers = 64
 // afterwards every rule holds exactly what the allowed requests took (a
 // denied request spent from none); reservations made all at once each get
 // a slot of their own; with the clock moving, no rule is ever exceeded.
+// Last, RunInFlight makes 2,000 requests run under a cap on requests in
+// flight.
 func RunConcurrency(t *testing.T, stores []tollgate.Store, clock *Clock) {
 	t.Run("Take, stopped clock", func(t *testing.T) { runTakeStopped(t, stores) })
 	t.Run("Take, moving clock", func(t *testing.T) { runTakeMoving(t, stores, clock) })
@@ -53,6 +58,7 @@ func RunConcurrency(t *testing.T, stores []tollgate.Store, clock *Clock) {
 		}
 		t.Logf("allowed %d of a possible %d", got, ceiling)
 	})
+	t.Run("in flight", func(t *testing.T) { RunInFlight(t, stores, clock, 2000) })
 }
 
 // runTakeStopped has the workers take a token each 20 times from one
@@ -253,5 +259,174 @@ func runReservations(t *testing.T, stores []tollgate.Store) {
 	if op.Results[0].RetryAfter != 1100*ms || op.Results[1].Remaining != 1000-15 {
 		t.Fatalf("after the reservations: the next slot %v out and %d left of the quota, want 1.1s and %d",
 			op.Results[0].RetryAfter, op.Results[1].Remaining, 1000-15)
+	}
+}
+
+// inFlightCap is the cap of RunInFlight's plan; stuckAfter is how long it
+// waits for a request to be granted before it calls the slots leaked.
+const (
+	inFlightCap = 5
+	stuckAfter  = 5 * time.Second
+)
+
+// RunInFlight has 64 goroutines, spread over one Limiter per store (the
+// stores share one backend and clock, as replicas do), make requests of
+// one tenant whose plan lets 5 run at once, until requests of them have
+// been granted: each granted one holds its slot for a random short time,
+// a denied one tries again within a millisecond; some end early, their context
+// cancelled before the request, during it or while its work runs, or in
+// a panic that a deferred Release lets pass.
+// The requests running, counted by the test around the work, are never
+// more than 5; once all have ended every slot is free and the cap still
+// holds exactly 5. The clock stands still, so that no lease expires: a
+// slot that was never given back stays taken.
+func RunInFlight(t *testing.T, stores []tollgate.Store, clock *Clock, requests int) {
+	plan := tollgate.Plan{Name: "flight", Limit: tollgate.Limit{Rate: 1e6, Burst: 1e12},
+		Policies: []tollgate.Policy{{InFlight: inFlightCap}}}
+	key := tenant(t, stores[0], "k")
+	limiters := make([]*tollgate.Limiter, len(stores))
+	for i, s := range stores {
+		limiters[i] = clockLimiter(t, s, clock, plan)
+	}
+	var (
+		running, most                                   atomic.Int64
+		made, granted, cancelled, panics, degraded, lost atomic.Int64
+	)
+	errBoom := errors.New("boom")
+	// handle is a request as middleware makes it: decide, release when
+	// the handler returns, however it returns.
+	handle := func(ctx context.Context, l *tollgate.Limiter, work, backoff time.Duration, boom bool) {
+		made.Add(1)
+		d, err := l.Take(ctx, tollgate.Request{Tenant: key})
+		if err != nil || d.Degraded {
+			degraded.Add(1)
+		}
+		if err != nil || !d.Allowed {
+			pause(ctx, backoff)
+			return
+		}
+		granted.Add(1)
+		defer func() {
+			if err := l.Release(ctx, &d); err != nil {
+				lost.Add(1)
+			}
+		}()
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if boom {
+			panic(errBoom)
+		}
+		pause(ctx, work)
+	}
+	// A slot that leaked would leave the workers denied for ever: they
+	// give up once no request has been granted for a while.
+	var stuck atomic.Bool
+	watch := make(chan struct{})
+	go func() {
+		last := int64(-1)
+		tick := time.NewTicker(stuckAfter)
+		defer tick.Stop()
+		for {
+			select {
+			case <-watch:
+				return
+			case <-tick.C:
+				if n := granted.Load(); n == last {
+					stuck.Store(true)
+					return
+				} else {
+					last = n
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range concurrencyWorkers {
+		l := limiters[w%len(limiters)]
+		rng := rand.New(rand.NewPCG(uint64(w), 11))
+		wg.Go(func() {
+			for granted.Load() < int64(requests) && !stuck.Load() {
+				ctx, cancel := context.WithCancel(context.Background())
+				var work time.Duration
+				if rng.IntN(2) == 0 {
+					work = time.Duration(rng.Int64N(int64(200 * time.Microsecond)))
+				}
+				var stop *time.Timer
+				boom := false
+				switch p := rng.IntN(100); {
+				case p < 5:
+					cancel() // the client went away before the request
+					cancelled.Add(1)
+				case p < 20:
+					// The client goes away at some point of it.
+					stop = time.AfterFunc(time.Duration(rng.Int64N(int64(300*time.Microsecond))), cancel)
+					cancelled.Add(1)
+				case p < 25:
+					boom = true
+				}
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							if p != errBoom {
+								panic(p)
+							}
+							panics.Add(1)
+						}
+					}()
+					handle(ctx, l, work, time.Duration(rng.Int64N(int64(3*time.Millisecond))), boom)
+				}()
+				if stop != nil {
+					stop.Stop()
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(watch)
+	t.Logf("%d requests granted of %d made, at most %d running at once; %d cancelled, %d panics, %d decisions degraded",
+		granted.Load(), made.Load(), most.Load(), cancelled.Load(), panics.Load(), degraded.Load())
+	if lost.Load() > 0 {
+		t.Fatalf("%d Releases failed: their slots stay taken until their leases end", lost.Load())
+	}
+	if got := most.Load(); got > inFlightCap {
+		t.Fatalf("%d requests ran at once; the cap is %d", got, inFlightCap)
+	}
+	if stuck.Load() {
+		d, err := limiters[0].Inspect(ctx(), key)
+		t.Fatalf("no request was granted for %v: slots leaked (%+v, %v)", stuckAfter, d.Results(), err)
+	}
+	for i, l := range limiters {
+		if held := l.SlotsHeld(); len(held) != 0 {
+			t.Fatalf("Limiter %d still holds slots after every request ended: %v", i, held)
+		}
+	}
+	// Every slot is free, and the cap still holds exactly.
+	var held []tollgate.Decision
+	for range inFlightCap {
+		held = append(held, mustTake(t, limiters[0], tollgate.Request{Tenant: key}, true))
+	}
+	mustTake(t, limiters[len(limiters)-1], tollgate.Request{Tenant: key}, false)
+	for i := range held {
+		if err := limiters[0].Release(ctx(), &held[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pause waits d, or until ctx is done, or gives way to other goroutines if
+// d is 0.
+func pause(ctx context.Context, d time.Duration) {
+	if d == 0 {
+		runtime.Gosched()
+		return
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+	case <-ctx.Done():
 	}
 }

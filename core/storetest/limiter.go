@@ -25,8 +25,9 @@ func clockLimiter(t *testing.T, store tollgate.Store, clock *Clock, plan tollgat
 // runLimiter checks, through a Limiter on the kit's clock, what its users
 // see of a store: a tenant whose plan changes to a day in another time
 // zone keeps what it used; Reset clears every policy the tenant had, under
-// any plan; and the reservations of waiters who all give up, in any order,
-// leave the tenant owing nothing.
+// any plan, but the slots of requests in flight; slots come back on a
+// Release, a Cancel or when their lease ends; and the reservations of
+// waiters who all give up, in any order, leave the tenant owing nothing.
 func runLimiter(t *testing.T, newStore NewStore) {
 	t.Run("plan change across time zones", func(t *testing.T) {
 		clock := NewClockAt(mustTime(t, "2026-03-10T20:00:00Z"))
@@ -76,6 +77,71 @@ func runLimiter(t *testing.T, newStore NewStore) {
 		d := mustTake(t, l, tollgate.Request{Tenant: key, Budget: "reports", Cost: 5}, true)
 		if r := d.Results(); r[0].Remaining != 95 || r[1].Remaining != 45 || r[2].Remaining != 0 {
 			t.Fatalf("after the reset: %+v, want every policy full before this request", r)
+		}
+	})
+
+	t.Run("in-flight slots", func(t *testing.T) {
+		clock := NewClock()
+		store := newStore(t, clock)
+		key := tenant(t, store, "k")
+		plan := tollgate.Plan{Name: "slow", Limit: tollgate.Limit{Rate: 10, Burst: 100},
+			Policies: []tollgate.Policy{{Quota: daily(50, nil)}, {InFlight: 2}}}
+		l := clockLimiter(t, store, clock, plan)
+		a := mustTake(t, l, tollgate.Request{Tenant: key, Cost: 5}, true)
+		b := mustTake(t, l, tollgate.Request{Tenant: key}, true)
+		d := mustTake(t, l, tollgate.Request{Tenant: key}, false)
+		if r := d.Results(); d.PolicyKind() != "in-flight" || r[0].Remaining != 94 || r[1].Remaining != 44 || r[2].Remaining != 0 {
+			t.Fatalf("a third request in flight: %+v (%s), want a denial by the cap that takes nothing", r, d.PolicyKind())
+		}
+		// A reset keeps the slots of requests that still run.
+		if err := l.Reset(ctx(), key); err != nil {
+			t.Fatal(err)
+		}
+		mustTake(t, l, tollgate.Request{Tenant: key}, false)
+		if err := l.Release(ctx(), &a); err != nil {
+			t.Fatal(err)
+		}
+		c := mustTake(t, l, tollgate.Request{Tenant: key}, true)
+		// Slots nobody renews come free when their lease ends.
+		clock.Advance(leaseTTL)
+		if d := mustTake(t, l, tollgate.Request{Tenant: key}, true); d.Results()[2].Remaining != 1 {
+			t.Fatalf("after the leases ended: %+v, want this request alone in flight", d.Results())
+		} else {
+			l.Release(ctx(), &d)
+		}
+		for _, d := range []*tollgate.Decision{&b, &c} {
+			if err := l.Release(ctx(), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(l.SlotsHeld()); n != 0 {
+			t.Fatalf("the Limiter still holds slots: %v", l.SlotsHeld())
+		}
+	})
+
+	t.Run("a waiter that gives up frees its slot", func(t *testing.T) {
+		clock := NewClock()
+		store := newStore(t, clock)
+		key := tenant(t, store, "k")
+		plan := tollgate.Plan{Name: "slow", Limit: tollgate.Limit{Rate: 10, Burst: 1}, Policies: []tollgate.Policy{{InFlight: 3}}}
+		l := clockLimiter(t, store, clock, plan)
+		first := mustTake(t, l, tollgate.Request{Tenant: key}, true)
+		waiter := mustTake(t, l, tollgate.Request{Tenant: key, MaxDelay: time.Second}, true)
+		if waiter.Delay != 100*ms {
+			t.Fatalf("the waiter's delay: %v, want 100ms", waiter.Delay)
+		}
+		if err := l.Cancel(ctx(), &waiter); err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.Inspect(ctx(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := d.Results(); r[0].RetryAfter != 100*ms || r[1].Remaining != 2 {
+			t.Fatalf("after the waiter gave up: %+v, want its token and its slot back", r)
+		}
+		if err := l.Release(ctx(), &first); err != nil {
+			t.Fatal(err)
 		}
 	})
 

@@ -344,8 +344,8 @@ func do(t testing.TB, store tollgate.Store, model *Model, clock *Clock, op store
 	if err := store.Do(ctx(), &got); err != nil {
 		t.Fatalf("%v of %d rules, cost %d, at %s: %v", op.Kind, len(op.Rules), op.Cost, at.UTC().Format(time.RFC3339Nano), err)
 	}
-	where := fmt.Sprintf("%v of %d rules, cost %d, max delay %v, at %s", kindName(op.Kind), len(op.Rules), op.Cost, op.MaxDelay,
-		at.UTC().Format(time.RFC3339Nano))
+	where := fmt.Sprintf("%v of %d rules, cost %d, max delay %v, lease %.20q, at %s", kindName(op.Kind), len(op.Rules), op.Cost, op.MaxDelay,
+		op.Lease, at.UTC().Format(time.RFC3339Nano))
 	if got.Allowed != want.Allowed || got.Delay != want.Delay {
 		t.Fatalf("%s: allowed %v after %v; the model says %v after %v", where, got.Allowed, got.Delay, want.Allowed, want.Delay)
 	}
@@ -367,6 +367,10 @@ func kindName(k storekit.Kind) string {
 		return "Cancel"
 	case storekit.Check:
 		return "Check"
+	case release:
+		return "Release"
+	case renew:
+		return "Renew"
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }

@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Model", func(t *testing.T) { runModel(t, newStore) })
 	t.Run("TakeIsOneRuleOp", func(t *testing.T) { runTakeIsOneRuleOp(t, newStore) })
 	t.Run("Extremes", func(t *testing.T) { runExtremes(t, newStore) })
+	t.Run("InFlight", func(t *testing.T) { runInFlight(t, newStore) })
 	t.Run("Limiter", func(t *testing.T) { runLimiter(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) {
 		clock := NewClock()

@@ -1,12 +1,12 @@
 // Command plot draws the pictures of docs/img from tollgate's own code:
 //
 //   - token-bucket-vs-fixed-window.svg: the requests a bursty client gets
-//     through under tollgate's token bucket (the real algorithm,
-//     tollgate.GCRA) and under a fixed-window counter with the same nominal
-//     limit, over 30 seconds;
+//     through under tollgate's token bucket (the real algorithm: the
+//     memory store's Take) and under a fixed-window counter with the same
+//     nominal limit, over 30 seconds;
 //   - rate-and-quota.svg: a plan with a token bucket and a daily quota (the
 //     example apps' trial plan) under a client that asks for twice its
-//     rate, decided by the real Limiter and HTTP layer.
+//     rate, decided by the real Limiter and HTTP middleware.
 //
 // With -tables it prints instead the tables of docs/plans.md: the headers a
 // client sees at each step of those examples. Run it from the repository
@@ -22,6 +22,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -31,6 +32,8 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storetest"
 )
 
 // The limit: tollgate's free plan, 20 burst at 2/s, against a fixed window
@@ -82,17 +85,22 @@ type run struct {
 	denied  []time.Duration
 }
 
-// tokenBucket decides each request with tollgate.GCRA, as the stores do.
-// The clock starts at 1 µs: GCRA's state 0 is a full bucket at any later
-// instant.
+// tokenBucket decides each request with the memory store's Take, on a
+// manual clock, as the Limiter's store decides it.
 func tokenBucket(ts []time.Duration) run {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
+	defer s.Close()
 	var r run
-	var tat int64
+	var elapsed time.Duration
 	for _, t := range ts {
-		now := t.Microseconds() + 1
-		next, res := tollgate.GCRA(tat, now, plan.Limit, 1)
+		clock.Advance(t - elapsed)
+		elapsed = t
+		res, err := s.Take(context.Background(), "client", plan.Limit, 1)
+		if err != nil {
+			panic(err)
+		}
 		if res.Allowed {
-			tat = next
 			r.allowed = append(r.allowed, t)
 		} else {
 			r.denied = append(r.denied, t)

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"time"
 
@@ -21,7 +23,7 @@ import (
 var (
 	reportsBudget = tollgate.Policy{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}}
 	trial         = tollgate.Plan{Name: "trial", Limit: tollgate.Limit{Rate: 5, Burst: 10},
-		Policies: []tollgate.Policy{{Quota: tollgate.PerDay(30)}, reportsBudget}}
+		Policies: []tollgate.Policy{{Quota: tollgate.Quota{Tokens: 30, Period: tollgate.Daily}}, reportsBudget}}
 	startup = withPolicies(defaultPlan("startup"), reportsBudget)
 )
 
@@ -51,40 +53,46 @@ type call struct {
 }
 
 // simulate runs reqs (method, path, at) through the real Limiter and HTTP
-// layer, on the reference store and a manual clock that starts at a UTC
-// midnight, for one tenant on plan p. POST requests are reports: 10 tokens,
-// from the reports budget too.
+// middleware, on the reference store and a manual clock that starts at a
+// UTC midnight, for one tenant on plan p. POST requests are reports: 10
+// tokens, from the reports budget too.
 func simulate(p tollgate.Plan, reqs []call) []call {
 	clock := storetest.NewClock()
+	var last decisionCopy
 	l, err := tollgate.New(storetest.NewModelStore(clock.Now), tollgate.SinglePlan(p),
-		adaptertest.WithClock(clock.Now), tollgate.WithLogger(nil))
+		adaptertest.WithClock(clock.Now), tollgate.WithLogger(nil), tollgate.WithObserver(&last))
 	if err != nil {
 		panic(err)
 	}
+	ok := func(status int) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) })
+	}
+	get := tollgatehttp.Middleware(l)(ok(http.StatusOK))
+	// The example apps answer a report 202.
+	report := tollgatehttp.Middleware(l, tollgatehttp.WithCost(10), tollgatehttp.WithBudget("reports"))(ok(http.StatusAccepted))
 	var elapsed time.Duration
 	out := make([]call, 0, len(reqs))
 	for _, s := range reqs {
 		clock.Advance(s.at - elapsed)
 		elapsed = s.at
-		req := tollgate.Request{Tenant: "t", Method: s.method}
+		h := get
 		if s.method == http.MethodPost {
-			req.Cost, req.Budget = 10, "reports"
+			h = report
 		}
-		var a tollgatehttp.Answer
-		tollgatehttp.Decide(context.Background(), l, &req, &a)
-		s.status = http.StatusOK
-		if s.method == http.MethodPost {
-			s.status = http.StatusAccepted // as the example apps answer a report
+		r := httptest.NewRequest(s.method, s.path, nil)
+		r.Header.Set(tollgatehttp.DefaultTenantHeader, "t")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		s.status, s.header, s.decision = w.Code, w.Header(), last.d
+		if s.status == http.StatusTooManyRequests {
+			var body struct{ Policy string }
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				panic(err)
+			}
+			s.denier = body.Policy
 		}
-		if a.Status != 0 {
-			s.status = a.Status
-			s.denier = a.Body.Policy
-		}
-		s.header = http.Header{}
-		tollgatehttp.WriteHeaders(s.header, &a.Decision)
-		s.decision = a.Decision
-		for i, pol := range a.Decision.Policies() {
-			r := a.Decision.Results()[i]
+		for i, pol := range s.decision.Policies() {
+			r := s.decision.Results()[i]
 			switch {
 			case pol.Name == p.Name:
 				s.bucket = r.Remaining
@@ -96,6 +104,11 @@ func simulate(p tollgate.Plan, reqs []call) []call {
 	}
 	return out
 }
+
+// decisionCopy is an Observer that keeps a copy of the last decision.
+type decisionCopy struct{ d tollgate.Decision }
+
+func (c *decisionCopy) Observe(_ context.Context, d *tollgate.Decision) { c.d = *d }
 
 // trialSteps is the figure's client: GET /api/hello every trialGap.
 func trialSteps() []call {
