@@ -82,6 +82,32 @@ func BenchmarkDo(b *testing.B) {
 	}
 }
 
+// BenchmarkDoInFlight is a request that holds a slot of a cap on requests
+// in flight, as a Limiter makes it: a Take of the main bucket and the cap,
+// then the Release of its lease, at a time the caller has read.
+func BenchmarkDoInFlight(b *testing.B) {
+	s := memory.New()
+	defer s.Close()
+	ctx := context.Background()
+	c := storekit.Rule{Kind: storekit.InFlight, Name: "inflight", Burst: 100}
+	take := &storekit.Op{Kind: storekit.Take, Tenant: "tenant-0", Rules: []storekit.Rule{storekit.BucketRule(benchLimit.Rate, benchLimit.Burst), c},
+		Cost: 1, LeaseTTL: 10 * time.Second, Results: make([]storekit.Result, 0, 4)}
+	release := &storekit.Op{Kind: storekit.Release, Tenant: "tenant-0", Rules: []storekit.Rule{c}, Results: make([]storekit.Result, 0, 4)}
+	leases := make([]string, 1024)
+	for i := range leases {
+		leases[i] = fmt.Sprintf("%032x", i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		take.Now, take.Lease = time.Now(), leases[i%len(leases)]
+		release.Now, release.Lease = take.Now, take.Lease
+		i++
+		s.Do(ctx, take)
+		s.Do(ctx, release)
+	}
+}
+
 // BenchmarkTakeSerial10k is one goroutine taking tokens of 10,000 tracked
 // tenants in turn.
 func BenchmarkTakeSerial10k(b *testing.B) {

@@ -192,11 +192,11 @@ local function apply(k, a)
 
   -- A Release or a Cancel gives the lease's slot back; a Renew moves a
   -- live lease's expiry.
-  local expires = string.format('%d', now_sec * 1e6 + now_usec + lease_ttl)
+  local lease_end = string.format('%d', now_sec * 1e6 + now_usec + lease_ttl)
   if kind == 4 or kind == 8 or kind == 9 then
     for set in pairs(held) do
       if kind == 9 then
-        if call('ZADD', set, 'XX', 'CH', expires, lease) == 1 then
+        if call('ZADD', set, 'XX', 'CH', lease_end, lease) == 1 then
           expire_set(set)
         end
       else
@@ -241,13 +241,6 @@ local function apply(k, a)
   if allowed and (take or kind == 2) then
     reply[2], reply[3] = 1, delay
   end
-  if granted then
-    -- One slot per request, whatever its cost.
-    for set in pairs(held) do
-      held[set] = held[set] + call('ZADD', set, expires, lease)
-      expire_set(set)
-    end
-  end
 
   local sets, dels, keep = {}, nil, 0
   for i = 1, n do
@@ -255,8 +248,7 @@ local function apply(k, a)
     local burst, interval, v, left = tonumber(ARGV[f]), tonumber(ARGV[f + 1]), reply[4 * i], reply[4 * i + 1]
     local ok, remaining, retry, reset, value
     if interval < 0 then
-      v = held[caps[i]]
-      ok, remaining, retry, reset = granted or v < burst, math.max(burst - v, 0), 0, 0
+      ok, remaining, retry, reset = false, 0, 0, 0 -- below, once the slot is taken
     elseif interval > 0 then
       local tol, need = burst * interval, cost * interval
       if granted then
@@ -315,6 +307,22 @@ local function apply(k, a)
       call('PEXPIRE', key, ttl)
     else
       call('HSET', key, unpack(sets))
+    end
+  end
+
+  -- A granted request holds one slot of each cap, whatever its cost. The
+  -- hash is written first: a user that may not write it fails there, with
+  -- no slot taken.
+  if granted then
+    for set in pairs(held) do
+      held[set] = held[set] + call('ZADD', set, lease_end, lease)
+      expire_set(set)
+    end
+  end
+  for i = 1, n do
+    if caps[i] then
+      local burst, v = tonumber(ARGV[figures + 4 * i - 3]), held[caps[i]]
+      reply[4 * i], reply[4 * i + 1], reply[4 * i + 2], reply[4 * i + 3] = (granted or v < burst) and 1 or 0, math.max(burst - v, 0), 0, 0
     end
   end
 

@@ -25,6 +25,12 @@ import (
 // within the timeout of the write fails a call, and only such failures,
 // counted per round trip, open the circuit breaker; an open breaker fails
 // the calls still queued, and new ones, at once.
+//
+// A caller that gives up abandons its call, which is then not sent if it
+// was still queued, save a Release or a Cancel (keep), which gives back
+// what a request held and goes out all the same. A Take abandoned after it
+// went out that Redis granted a slot of an in-flight cap is released by
+// the runner that reads the answer, as no one else holds the slot.
 
 // maxRunners bounds the round trips in flight to one server, and so the
 // connections the Store holds to it. maxBatch bounds the Ops one round
@@ -58,6 +64,7 @@ type call struct {
 	key  string   // the hash of the Op's tenant
 	sets []string // the sorted sets of its in-flight caps
 	args []any    // the Op's part of the script's ARGV
+	keep bool     // sent even if its caller gives up
 
 	state atomic.Int32
 	done  chan struct{} // one send per answer, so a call can be reused
@@ -120,7 +127,8 @@ func (s *Store) newEndpoint(c *redis.Client, perCmd int) *endpoint {
 }
 
 // do sends c and waits for its answer or for ctx. It returns nil once c
-// holds Redis's reply.
+// holds Redis's reply. If ctx ends first, do returns its error at once, and
+// the runner sends c only if it keeps it (c.keep) or has sent it already.
 func (e *endpoint) do(ctx context.Context, c *call) error {
 	if !e.breaker.allow(time.Now()) {
 		return unavailable("circuit_open", errCircuitOpen)
@@ -132,11 +140,14 @@ func (e *endpoint) do(ctx context.Context, c *call) error {
 	select {
 	case <-c.done:
 	case <-ctx.Done():
+		kind := "canceled"
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			kind = "deadline"
+		}
+		if c.keep {
+			return unavailable(kind, ctx.Err()) // a runner sends it all the same
+		}
 		if c.state.CompareAndSwap(callQueued, callAbandoned) || c.state.CompareAndSwap(callSent, callAbandoned) {
-			kind := "canceled"
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				kind = "deadline"
-			}
 			return unavailable(kind, ctx.Err())
 		}
 		<-c.done // answered meanwhile

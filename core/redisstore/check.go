@@ -53,7 +53,7 @@ func (s *Store) check(ctx context.Context) error {
 	rules := []storekit.Rule{
 		storekit.BucketRule(1000, 1000),
 		{Kind: storekit.Quota, Name: "check", Burst: 1000, Period: day},
-		{Kind: storekit.InFlight, Name: "check", Burst: 1},
+		{Kind: storekit.InFlight, Name: "check", Burst: 1000},
 	}
 	// A Reset leaves the lease: the Release takes it away.
 	for _, kind := range []storekit.Kind{storekit.Take, storekit.Reset, storekit.Release} {

@@ -4,13 +4,19 @@
 //
 // A tenant's state is one Redis hash (see Store.Key), with one field per
 // rule: a token bucket's theoretical arrival time, a quota's tokens used
-// and the end of their period. Each Op runs atomically in a Lua script
-// (apply.lua) that is given the hash in KEYS and touches nothing else, on
-// Redis's own clock (TIME), so replicas whose clocks disagree still make the
-// same decisions; they are those of the reference model,
-// storetest.Model. Reset deletes the hash, and with it every rule the
-// tenant has or had; the hash expires when every state in it would be
-// empty, so an idle tenant costs nothing. A field that holds no valid
+// and the end of their period; beside it, a cap on requests in flight
+// keeps the leases of its requests in a sorted set of its own, with the
+// same hash tag, scored by when each expires. Each Op runs atomically in
+// a Lua script (apply.lua) that is given the hash and the sets of the Op's
+// caps in KEYS and touches nothing else, on Redis's own clock (TIME), so
+// replicas whose clocks disagree still make the same decisions, and count
+// a tenant's requests in flight exactly; the decisions are those of the
+// reference model, storetest.Model. An Op takes one script call, its caps
+// included. Reset deletes the hash, and with it every rule the tenant has
+// or had, but leaves the leases of its requests that still run; the hash
+// expires when every state in it would be empty, and a set when its last
+// lease does, so an idle tenant costs nothing, and the slots of a replica
+// that died come free when their leases end. A field that holds no valid
 // state is removed, counted as empty and logged; a key of another type
 // fails that tenant's calls only, with an error wrapping
 // storekit.ErrMisconfigured. Works with a single server, Sentinel, Redis

@@ -211,8 +211,8 @@ func (s *Store) Take(ctx context.Context, key string, limit tollgate.Limit, cost
 // returns at once; an Op already written to Redis may still be applied,
 // and the slot of an in-flight cap that such a Take was granted is
 // released as soon as Redis answers. A Release or a Cancel, which give
-// back what a request held, go to Redis whatever ctx does, and Do waits
-// for them.
+// back what a request held, go to Redis whatever ctx does: Do returns
+// ctx's error at once all the same.
 func (s *Store) Do(ctx context.Context, op *storekit.Op) (err error) {
 	switch op.Kind {
 	case storekit.Check:
@@ -227,12 +227,7 @@ func (s *Store) Do(ctx context.Context, op *storekit.Op) (err error) {
 				}
 			}()
 		}
-	case storekit.Release, storekit.Cancel:
-		// They give back what a request held, which must come back even
-		// when the caller has gone: its context's end must not keep
-		// them from Redis.
-		ctx = context.WithoutCancel(ctx)
-	case storekit.Take, storekit.Inspect, storekit.Renew:
+	case storekit.Take, storekit.Inspect, storekit.Cancel, storekit.Release, storekit.Renew:
 	default:
 		return fmt.Errorf("%w: redisstore: unknown Op kind %d", storekit.ErrInvalid, op.Kind)
 	}
@@ -245,6 +240,8 @@ func (s *Store) Do(ctx context.Context, op *storekit.Op) (err error) {
 		return err
 	}
 	c := calls.Get().(*call)
+	// What a request held must come back even when its caller has gone.
+	c.keep = op.Kind == storekit.Release || op.Kind == storekit.Cancel
 	when := s.estimate()
 	// The script refuses a quota period that does not hold Redis's time
 	// and answers with that time; a period can only end between two tries

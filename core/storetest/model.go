@@ -74,10 +74,13 @@ func (m *Model) Do(op *storekit.Op, now time.Time) {
 		m.journal.Do(op)
 		return
 	case storekit.Reset:
-		// Leases count requests that still run: a reset keeps them.
+		// Leases count requests that still run: a reset keeps them, and
+		// only them, whatever else of the name's state there is.
 		for name, s := range m.tenants[op.Tenant] {
 			if len(s.leases) == 0 {
 				delete(m.tenants[op.Tenant], name)
+			} else {
+				*s = modelState{leases: s.leases}
 			}
 		}
 		m.journal.Do(op)

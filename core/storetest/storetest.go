@@ -18,13 +18,14 @@
 // keep, Take(ctx, key, limit, cost) (tollgate.Result, error): the kit
 // checks it against a one-rule Take Op. Stores that share a backend
 // (Redis) may return a store over the same backend every time: every case
-// uses tenants of its own (see Key), and resets them when it ends, so that
-// a run leaves nothing behind. A store that has a clock of its own must be
+// uses tenants of its own (see Key), releases the slots it took and resets
+// its tenants when it ends, so that a run leaves nothing behind. A store that has a clock of its own must be
 // made to read the Clock; an Op's Now is the Clock's time or zero.
 //
 // RunConcurrency runs the concurrency checks over several stores that
-// share one backend, as replicas do, and RunWait checks Limiter.Wait over
-// them on the real clock.
+// share one backend, as replicas do, RunInFlight has them run many
+// requests under a cap on requests in flight, and RunWait checks
+// Limiter.Wait over them on the real clock.
 package storetest
 
 import (
@@ -56,8 +57,10 @@ type taker interface {
 // the stores newStore builds: a table of token-bucket decisions, GCRA's
 // properties, invalid input, hostile keys, a table of Ops and a long random
 // run of them compared with Model, Take against a one-rule Op, the
-// extremes of the limits, Limiter cases (plan changes, reset, waiters that
-// give up) and the concurrency checks of RunConcurrency on one store.
+// extremes of the limits, caps on requests in flight (slots, leases that
+// end, hostile leases, a random run against Model), Limiter cases (plan
+// changes, reset, slots, waiters that give up) and the concurrency checks
+// of RunConcurrency on one store.
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Decisions", func(t *testing.T) { runDecisions(t, newStore) })
 	t.Run("GCRA", func(t *testing.T) { runGCRA(t, newStore) })

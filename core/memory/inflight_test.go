@@ -1,0 +1,98 @@
+package memory_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storekit"
+	"github.com/tollgate-go/tollgate/core/storetest"
+)
+
+func inFlight(name string, burst int64) storekit.Rule {
+	return storekit.Rule{Kind: storekit.InFlight, Name: name, Burst: burst}
+}
+
+// takeSlot takes a slot of tenant's cap under lease, for 10 s, and
+// reports whether it was granted.
+func takeSlot(t *testing.T, s *memory.Store, tenant, lease string, rules ...storekit.Rule) bool {
+	t.Helper()
+	return do(t, s, &storekit.Op{Kind: storekit.Take, Tenant: tenant, Rules: rules, Cost: 1, Lease: lease, LeaseTTL: 10 * time.Second}).Allowed
+}
+
+// TestSweepKeepsTenantsInFlight: a tenant whose buckets are full but that
+// holds a slot is kept while the slot's lease lives, and swept once it has
+// expired or been released.
+func TestSweepKeepsTenantsInFlight(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
+	defer s.Close()
+	c := inFlight("inflight", 1)
+	rules := []storekit.Rule{bucket("", limit), c}
+	takeSlot(t, s, "expires", "a", rules...)
+	takeSlot(t, s, "released", "b", rules...)
+	clock.Advance(9 * time.Second) // the buckets are full again
+	if n := s.Sweep(); n != 0 {
+		t.Fatalf("the sweep dropped %d tenants that hold slots", n)
+	}
+	if takeSlot(t, s, "expires", "c", rules...) {
+		t.Fatal("a sweep freed a live slot")
+	}
+	do(t, s, &storekit.Op{Kind: storekit.Release, Tenant: "released", Rules: []storekit.Rule{c}, Lease: "b"})
+	if n := s.Sweep(); n != 1 {
+		t.Fatalf("the sweep dropped %d tenants, want the one whose slot was released", n)
+	}
+	clock.Advance(time.Second)
+	if n := s.Sweep(); n != 1 || s.Stats().Tenants != 0 {
+		t.Fatalf("the sweep dropped %d tenants (%d left), want the one whose lease expired", n, s.Stats().Tenants)
+	}
+}
+
+// TestFloodKeepsTenantsInFlight: a flood of new tenants at the cap evicts
+// neither a tenant with a request in flight nor its slot.
+func TestFloodKeepsTenantsInFlight(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0), memory.WithMaxKeys(1000))
+	defer s.Close()
+	c := inFlight("inflight", 100) // one slot of a hundred: little of it spent
+	takeSlot(t, s, "tenant", "a", c)
+	for i := range 5000 {
+		take(t, s, fmt.Sprint("fake-", i), limit, 1)
+		clock.Advance(time.Microsecond)
+	}
+	if st := s.Stats(); st.Evictions == 0 {
+		t.Fatalf("no eviction after a flood: %+v", st)
+	}
+	op := do(t, s, &storekit.Op{Kind: storekit.Inspect, Tenant: "tenant", Rules: []storekit.Rule{c}})
+	if op.Results[0].Remaining != 99 {
+		t.Fatalf("after the flood the tenant has %d slots free, want 99: its request in flight was forgotten", op.Results[0].Remaining)
+	}
+}
+
+// TestLeasesAreBounded: a cap holds at most its burst of leases, however
+// many requests ask, and the leases of requests that never release expire:
+// a tenant's memory is bounded by its caps.
+func TestLeasesAreBounded(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
+	defer s.Close()
+	c := inFlight("inflight", 3)
+	granted := 0
+	for i := range 10_000 {
+		if takeSlot(t, s, "t", fmt.Sprint(i), c) {
+			granted++
+		}
+		if i%1000 == 999 {
+			clock.Advance(5 * time.Second) // some leases expire
+		}
+	}
+	// Three slots every 10 s, for 50 s.
+	if granted != 15 {
+		t.Fatalf("%d of 10,000 requests granted in 50s with 3 slots of 10s leases, want 15", granted)
+	}
+	clock.Advance(10 * time.Second)
+	if n := s.Sweep(); n != 1 {
+		t.Fatalf("the sweep dropped %d tenants once every lease expired, want 1", n)
+	}
+}
