@@ -3,7 +3,6 @@ package tollgate
 import (
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -26,12 +25,13 @@ const (
 	slotPoll = 50 * time.Millisecond
 )
 
-// newLease returns a lease name no other request draws: 128 random bits.
+// newLease returns a lease name no other request draws: 128 random bits,
+// as bytes, which every store keeps as they are.
 func newLease() string {
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
-	return hex.EncodeToString(b[:])
+	return string(b[:])
 }
 
 // A heldSlot is a slot this process holds, renewed while it is held.
@@ -106,49 +106,50 @@ func (l *Limiter) Release(ctx context.Context, d *Decision) error {
 	}
 	lease := d.lease
 	d.lease = ""
-	s := &l.slots
-	s.mu.Lock()
-	h, ok := s.held[lease]
-	delete(s.held, lease)
-	s.mu.Unlock()
+	h, ok := l.letGo(lease)
 	if !ok {
 		return nil
 	}
-	op := storekit.Op{Kind: storekit.Release, Tenant: h.tenant, Rules: h.rules, Lease: lease}
 	store := l.store
 	if d.Fallback {
 		store = l.fallback
 	}
-	err := store.Do(ctx, &op)
-	l.slotFreed(h.tenant)
-	return err
-}
-
-// forget drops the slot of d, which the store gave back already, from the
-// slots held.
-func (l *Limiter) forget(d *Decision) {
-	lease := d.lease
-	d.lease = ""
-	l.slots.mu.Lock()
-	h, ok := l.slots.held[lease]
-	delete(l.slots.held, lease)
-	l.slots.mu.Unlock()
-	if ok {
-		l.slotFreed(h.tenant)
+	op := ops.Get().(*storekit.Op)
+	defer ops.Put(op)
+	*op = storekit.Op{Kind: storekit.Release, Tenant: h.tenant, Rules: h.rules, Lease: lease, Now: l.now(), Results: op.Results[:0]}
+	// The slot goes back even if the request's context has ended: the
+	// client that left is the usual reason to release.
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
 	}
+	return store.Do(ctx, op)
 }
 
-// slotFreed wakes the first request of tenant that waits for a slot.
-func (l *Limiter) slotFreed(tenant string) {
+// letGo drops lease from the slots held, wakes the first request of its
+// tenant that waits for one, and returns what the slot held.
+func (l *Limiter) letGo(lease string) (heldSlot, bool) {
 	s := &l.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if q := s.waiting[tenant]; len(q) > 0 {
+	h, ok := s.held[lease]
+	if !ok {
+		return h, false
+	}
+	delete(s.held, lease)
+	if q := s.waiting[h.tenant]; len(q) > 0 {
 		select {
 		case q[0] <- struct{}{}:
 		default:
 		}
 	}
+	return h, true
+}
+
+// forget drops the slot of d, which the store gave back already, from the
+// slots held.
+func (l *Limiter) forget(d *Decision) {
+	l.letGo(d.lease)
+	d.lease = ""
 }
 
 // waitForSlot waits, in order of arrival among this process's requests of
