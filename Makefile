@@ -12,7 +12,7 @@ GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # The README's test command: every test of every module under the race
 # detector, in one go test run so that packages of all modules share the
 # CPUs; -short leaves out the long fault scenarios. The tests start their
-# own redis-server processes (internal/testredis).
+# own redis-server processes (core/redistest).
 test: redis-server
 	go test -race -short -shuffle=on -count=1 $(PACKAGES)
 

@@ -8,8 +8,6 @@ replace github.com/tollgate-go/tollgate/core/redisstore => ../core/redisstore
 
 replace github.com/tollgate-go/tollgate/insights => ../insights
 
-replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
-
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
@@ -17,7 +15,6 @@ require (
 	github.com/tollgate-go/tollgate/core v0.0.0
 	github.com/tollgate-go/tollgate/core/redisstore v0.0.0
 	github.com/tollgate-go/tollgate/insights v0.0.0
-	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 )
 
 require (

@@ -18,11 +18,11 @@ import (
 	"github.com/tollgate-go/tollgate/admin"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/insights"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
-func TestMain(m *testing.M) { os.Exit(testredis.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
 
 // mountPath is where the tests mount the handler, as the examples do.
 const mountPath = "/admin/tollgate"
@@ -39,7 +39,7 @@ const (
 // second replica can move to an in-process store here alone.
 func newStore(t testing.TB, prefix string) tollgate.Store {
 	t.Helper()
-	client := redis.NewClient(&redis.Options{Addr: testredis.Shared(t)})
+	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t)})
 	t.Cleanup(func() { client.Close() })
 	s, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithLogger(nil))
 	if err != nil {
@@ -114,7 +114,7 @@ func newReplica(t testing.TB, prefix string, edit func(*admin.Config)) *replica 
 // newTestReplica starts a replica on the test's own prefix.
 func newTestReplica(t testing.TB, edit func(*admin.Config)) *replica {
 	t.Helper()
-	return newReplica(t, testredis.Prefix(t), edit)
+	return newReplica(t, redistest.Prefix(t), edit)
 }
 
 // An answer is an HTTP response, read.

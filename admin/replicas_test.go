@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 // TestChangesReachTheOtherReplica: replicas on one Redis, each with its
@@ -16,7 +16,7 @@ import (
 // overrides), within 100 ms too; a replica started later shows it at
 // once.
 func TestChangesReachTheOtherReplica(t *testing.T) {
-	prefix := testredis.Prefix(t)
+	prefix := redistest.Prefix(t)
 	a, b, quiet := newReplica(t, prefix, nil), newReplica(t, prefix, nil), newReplica(t, prefix, nil)
 
 	var api, decisions []time.Duration

@@ -26,7 +26,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/tinylib/msgp v1.6.3 // indirect
-	github.com/tollgate-go/tollgate/internal/tally v0.0.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -82,7 +81,6 @@ require (
 	github.com/tollgate-go/tollgate/gin v0.0.0
 	github.com/tollgate-go/tollgate/grpc v0.0.0
 	github.com/tollgate-go/tollgate/insights v0.0.0
-	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	github.com/tollgate-go/tollgate/otel v0.0.0
 	github.com/tollgate-go/tollgate/prometheus v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
@@ -123,10 +121,6 @@ replace github.com/tollgate-go/tollgate/grpc => ../grpc
 
 replace github.com/tollgate-go/tollgate/insights => ../insights
 
-replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
-
 replace github.com/tollgate-go/tollgate/prometheus => ../prometheus
 
 replace github.com/tollgate-go/tollgate/otel => ../otel
-
-replace github.com/tollgate-go/tollgate/internal/tally => ../internal/tally

@@ -20,8 +20,8 @@ import (
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/core/storekit"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 // How the Redis-store benchmarks are read (docs/performance.md has the
@@ -57,7 +57,7 @@ import (
 
 // TestMain stops the shared Redis, by its PID, once the benchmarks are
 // done.
-func TestMain(m *testing.M) { os.Exit(testredis.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
 
 // openLimit never denies within a run: a burst of 1e9 tokens refilled at
 // 100 a second, as the memory benchmarks' drainingLimit.
@@ -137,7 +137,7 @@ func (c redisContender) openOwn(b *testing.B, lim tollgate.Limit) func(context.C
 func openTollgate(ctxTimeout bool) func(*testing.B, *redis.Client, string, tollgate.Limit) func(context.Context, string) (bool, error) {
 	return func(b *testing.B, client *redis.Client, prefix string, lim tollgate.Limit) func(context.Context, string) (bool, error) {
 		if ctxTimeout {
-			client = redis.NewClient(&redis.Options{Addr: testredis.Shared(b), ContextTimeoutEnabled: true})
+			client = redis.NewClient(&redis.Options{Addr: redistest.Shared(b), ContextTimeoutEnabled: true})
 			b.Cleanup(func() { client.Close() })
 		}
 		s := openRedisStore(b, client, prefix)
@@ -178,7 +178,7 @@ func openTollgateQuota(b *testing.B, client *redis.Client, prefix string, lim to
 // benchClient returns a client of the shared Redis.
 func benchClient(b *testing.B) *redis.Client {
 	b.Helper()
-	c := redis.NewClient(&redis.Options{Addr: testredis.Shared(b)})
+	c := redis.NewClient(&redis.Options{Addr: redistest.Shared(b)})
 	b.Cleanup(func() { c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		b.Fatalf("the shared Redis on %s does not answer: %v", c.Options().Addr, err)
@@ -190,10 +190,10 @@ func benchClient(b *testing.B) *redis.Client {
 // key written under it is deleted when b ends, redis_rate's too (it puts
 // "rate:" in front of the keys it is given).
 func benchPrefix(b *testing.B, name string) string {
-	prefix := testredis.Prefix(b) + name + ":"
-	addr := testredis.Shared(b)
+	prefix := redistest.Prefix(b) + name + ":"
+	addr := redistest.Shared(b)
 	b.Cleanup(func() {
-		if _, err := testredis.DeleteKeys(addr, "rate:"+prefix); err != nil {
+		if _, err := redistest.DeleteKeys(addr, "rate:"+prefix); err != nil {
 			b.Error(err)
 		}
 	})

@@ -21,7 +21,6 @@ require (
 	github.com/tollgate-go/tollgate/fiber v0.0.0
 	github.com/tollgate-go/tollgate/gin v0.0.0
 	github.com/tollgate-go/tollgate/grpc v0.0.0
-	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -39,7 +38,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/tollgate-go/tollgate/internal/tally v0.0.0 // indirect
 )
 
 require (
@@ -101,7 +99,5 @@ replace (
 	github.com/tollgate-go/tollgate/gin => ../gin
 	github.com/tollgate-go/tollgate/grpc => ../grpc
 	github.com/tollgate-go/tollgate/insights => ../insights
-	github.com/tollgate-go/tollgate/internal/tally => ../internal/tally
-	github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis
 	github.com/tollgate-go/tollgate/prometheus => ../prometheus
 )

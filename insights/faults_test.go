@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/insights"
 	"github.com/tollgate-go/tollgate/insights/redisexchange"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 // pageBudget is how long the page may take, whatever the Exchange does.
@@ -38,9 +38,9 @@ func TestPageAnswersWhileTheExchangeIsSilent(t *testing.T) {
 }
 
 func pageWhileSilent(t *testing.T, opts redis.Options) {
-	addr := testredis.Shared(t)
-	prefix := testredis.Prefix(t) // deleted after the trackers' last publication
-	proxy := testredis.NewProxy(t, addr)
+	addr := redistest.Shared(t)
+	prefix := redistest.Prefix(t) // deleted after the trackers' last publication
+	proxy := redistest.NewProxy(t, addr)
 	exchange := func(addr string) insights.Exchange {
 		o := opts
 		o.Addr = addr

@@ -10,21 +10,21 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/insights"
 	"github.com/tollgate-go/tollgate/insights/redisexchange"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
-func TestMain(m *testing.M) { os.Exit(testredis.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
 
 // newExchange returns an exchange on the tests' shared Redis (a throwaway
 // redis-server, or the one TOLLGATE_TEST_REDIS names) under a prefix of the
 // test's own, whose keys are deleted when the test ends.
 func newExchange(t *testing.T) (*redisexchange.Exchange, *redis.Client, string) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: testredis.Shared(t)})
+	c := redis.NewClient(&redis.Options{Addr: redistest.Shared(t)})
 	t.Cleanup(func() { c.Close() })
-	prefix := testredis.Prefix(t) // its clean-up runs after the trackers' last publication
+	prefix := redistest.Prefix(t) // its clean-up runs after the trackers' last publication
 	x, err := redisexchange.New(c, redisexchange.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,8 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
-	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
 
 replace github.com/tollgate-go/tollgate/core => ../core
-
-replace github.com/tollgate-go/tollgate/internal/testredis => ../internal/testredis

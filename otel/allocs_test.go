@@ -8,12 +8,12 @@ package tollgateotel_test
 import (
 	"testing"
 
-	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
+	"github.com/tollgate-go/tollgate/core/metrickit/metrictest"
 	tollgateotel "github.com/tollgate-go/tollgate/otel"
 )
 
 // With the SDK's MeterProvider, histograms included.
 func TestObservingAllocatesNothing(t *testing.T) {
 	metrics, _ := newMetrics(t, tollgateotel.WithCardinalityLimit(1))
-	tallytest.CheckAllocs(t, metrics)
+	metrictest.CheckAllocs(t, metrics)
 }

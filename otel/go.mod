@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/tollgate-go/tollgate/core v0.0.0
-	github.com/tollgate-go/tollgate/internal/tally v0.0.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -32,5 +31,3 @@ require (
 )
 
 replace github.com/tollgate-go/tollgate/core => ../core
-
-replace github.com/tollgate-go/tollgate/internal/tally => ../internal/tally

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-go/tollgate/internal/tally"
+	"github.com/tollgate-go/tollgate/core/metrickit"
 	tollgateotel "github.com/tollgate-go/tollgate/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -82,4 +82,4 @@ func points(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
 }
 
 // name is the Metrics' name of an instrument.
-func name(m *tally.Metric) string { return m.Name }
+func name(m *metrickit.Metric) string { return m.Name }

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tollgate-go/tollgate/core/metrickit"
+	"github.com/tollgate-go/tollgate/core/metrickit/metrictest"
 	"github.com/tollgate-go/tollgate/core/storekit"
-	"github.com/tollgate-go/tollgate/internal/tally"
-	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
 	tollgateotel "github.com/tollgate-go/tollgate/otel"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -28,14 +28,14 @@ func TestPrometheusExporterGivesTollgatepromNames(t *testing.T) {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer mp.Shutdown(context.Background())
-	store := tallytest.NewStore()
+	store := metrictest.NewStore()
 	store.SetStats(storekit.Stats{Tenants: 1})
-	metrics, err := tollgateotel.New(tollgateotel.WithMeterProvider(mp), tollgateotel.WithStore(store), tollgateotel.WithFallbackStore(tallytest.NewStore()))
+	metrics, err := tollgateotel.New(tollgateotel.WithMeterProvider(mp), tollgateotel.WithStore(store), tollgateotel.WithFallbackStore(metrictest.NewStore()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer metrics.Close()
-	tallytest.RunMix(t, metrics)
+	metrictest.RunMix(t, metrics)
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -55,7 +55,7 @@ func TestPrometheusExporterGivesTollgatepromNames(t *testing.T) {
 		got[f.GetName()] = labels
 	}
 	want := map[string][]string{}
-	for _, m := range tally.Metrics {
+	for _, m := range metrickit.Metrics {
 		want[m.Prometheus] = slices.Sorted(slices.Values(m.Labels))
 		if want[m.Prometheus] == nil {
 			want[m.Prometheus] = []string{}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/internal/tally"
+	"github.com/tollgate-go/tollgate/core/metrickit"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -19,7 +19,7 @@ const ScopeName = "github.com/tollgate-go/tollgate/otel"
 
 // DefaultCardinalityLimit is the number of (plan, policy, route) attribute
 // sets a Metrics keeps unless WithCardinalityLimit says otherwise.
-const DefaultCardinalityLimit = tally.DefaultCardinalityLimit
+const DefaultCardinalityLimit = metrickit.DefaultCardinalityLimit
 
 // A Metrics counts the decisions of the Limiters it observes and reports
 // them, with the statistics of the stores it was given, through
@@ -27,9 +27,9 @@ const DefaultCardinalityLimit = tally.DefaultCardinalityLimit
 // tollgate.WithObserver. Build one with New; the zero Metrics is not
 // usable. A Metrics is safe for concurrent use.
 type Metrics struct {
-	tally          *tally.Tally
+	tally          *metrickit.Tally
 	latency, delay metric.Float64Histogram
-	observables    map[*tally.Metric]metric.Int64Observable
+	observables    map[*metrickit.Metric]metric.Int64Observable
 	registration   metric.Registration
 }
 
@@ -39,7 +39,7 @@ var _ tollgate.Observer = (*Metrics)(nil)
 type Option func(*config)
 
 type config struct {
-	tally.Options
+	metrickit.Options
 	provider metric.MeterProvider
 }
 
@@ -93,50 +93,50 @@ func WithStoreTimeout(d time.Duration) Option {
 // MeterProvider. It fails on invalid options, naming them, and if the
 // provider fails to make an instrument.
 func New(opts ...Option) (*Metrics, error) {
-	cfg := config{Options: tally.NewOptions("tollgateotel")}
+	cfg := config{Options: metrickit.NewOptions("tollgateotel")}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	t, err := tally.New(cfg.Options, false)
+	t, err := metrickit.New(cfg.Options, false)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.provider == nil {
 		cfg.provider = otel.GetMeterProvider()
 	}
-	m := &Metrics{tally: t, observables: map[*tally.Metric]metric.Int64Observable{}}
+	m := &Metrics{tally: t, observables: map[*metrickit.Metric]metric.Int64Observable{}}
 	if err := m.instruments(cfg.provider.Meter(ScopeName), cfg.StoreTimeout); err != nil {
 		return nil, fmt.Errorf("tollgateotel: %w", err)
 	}
 	return m, nil
 }
 
-// instruments makes an instrument of each tally.Metric and registers the
+// instruments makes an instrument of each metrickit.Metric and registers the
 // callback that reads the asynchronous ones.
 func (m *Metrics) instruments(meter metric.Meter, storeTimeout time.Duration) error {
 	var errs []error
-	for _, tm := range tally.Metrics {
+	for _, tm := range metrickit.Metrics {
 		var err error
 		switch tm.Kind {
-		case tally.Counter:
+		case metrickit.Counter:
 			m.observables[tm], err = meter.Int64ObservableCounter(tm.Name, metric.WithUnit(tm.Unit), metric.WithDescription(tm.Help))
-		case tally.UpDownCounter:
+		case metrickit.UpDownCounter:
 			m.observables[tm], err = meter.Int64ObservableUpDownCounter(tm.Name, metric.WithUnit(tm.Unit), metric.WithDescription(tm.Help))
-		case tally.Gauge: // no unit: "1" would be _ratio in Prometheus
+		case metrickit.Gauge: // no unit: "1" would be _ratio in Prometheus
 			m.observables[tm], err = meter.Int64ObservableGauge(tm.Name, metric.WithDescription(tm.Help))
 		}
 		errs = append(errs, err)
 	}
-	histogram := func(tm *tally.Metric, bounds []time.Duration) metric.Float64Histogram {
+	histogram := func(tm *metrickit.Metric, bounds []time.Duration) metric.Float64Histogram {
 		h, err := meter.Float64Histogram(tm.Name, metric.WithUnit(tm.Unit), metric.WithDescription(tm.Help),
-			metric.WithExplicitBucketBoundaries(tally.Seconds(bounds)...))
+			metric.WithExplicitBucketBoundaries(metrickit.Seconds(bounds)...))
 		errs = append(errs, err)
 		return h
 	}
-	m.latency = histogram(tally.StoreLatency, tally.LatencyBounds(storeTimeout))
-	m.delay = histogram(tally.Delay, tally.DelayBounds)
+	m.latency = histogram(metrickit.StoreLatency, metrickit.LatencyBounds(storeTimeout))
+	m.delay = histogram(metrickit.Delay, metrickit.DelayBounds)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (m *Metrics) instruments(meter metric.Meter, storeTimeout time.Duration) er
 // SDK's Record does.
 func (m *Metrics) Observe(ctx context.Context, d *tollgate.Decision) {
 	m.tally.Observe(d)
-	if tally.StoreCalled(d) {
+	if metrickit.StoreCalled(d) {
 		m.latency.Record(ctx, d.Latency.Seconds())
 	}
 	if d.Outcome() == "delayed" {
@@ -179,7 +179,7 @@ func (m *Metrics) Close() error {
 // observe reports the asynchronous instruments; the MeterProvider calls it
 // when it collects.
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
-	m.tally.Collect(func(tm *tally.Metric, v uint64, labels ...string) {
+	m.tally.Collect(func(tm *metrickit.Metric, v uint64, labels ...string) {
 		attrs := make([]attribute.KeyValue, len(labels))
 		for i, l := range labels {
 			attrs[i] = attribute.String(tm.Labels[i], l)

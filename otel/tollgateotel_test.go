@@ -7,40 +7,40 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/internal/tally"
-	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
+	"github.com/tollgate-go/tollgate/core/metrickit"
+	"github.com/tollgate-go/tollgate/core/metrickit/metrictest"
 	tollgateotel "github.com/tollgate-go/tollgate/otel"
 )
 
 func TestKnownMix(t *testing.T) {
 	metrics, reader := newMetrics(t)
-	tallytest.RunMix(t, metrics)
+	metrictest.RunMix(t, metrics)
 	got := points(t, reader)
-	tallytest.Expect(t, got, name, tallytest.Mix)
-	if n := tallytest.Sum(got, tally.Decisions.Name); n != tallytest.MixDecisions {
-		t.Fatalf("%v decisions counted, want %d", n, tallytest.MixDecisions)
+	metrictest.Expect(t, got, name, metrictest.Mix)
+	if n := metrictest.Sum(got, metrickit.Decisions.Name); n != metrictest.MixDecisions {
+		t.Fatalf("%v decisions counted, want %d", n, metrictest.MixDecisions)
 	}
 }
 
 func TestLatencyBoundaries(t *testing.T) {
 	metrics, reader := newMetrics(t)
-	store := tallytest.NewStore()
+	store := metrictest.NewStore()
 	store.SetLatency(30 * time.Millisecond)
-	l := tallytest.NewLimiter(t, store, tollgate.WithObserver(metrics))
+	l := metrictest.NewLimiter(t, store, tollgate.WithObserver(metrics))
 	l.Take(context.Background(), tollgate.Request{Tenant: "t"})
-	tallytest.Expect(t, points(t, reader), name, []tallytest.Sample{
-		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "2.5e-05", Value: 0}, // timeout/2000
-		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.025", Value: 0},   // half the default timeout
-		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.05", Value: 1},    // the timeout
-		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.1", Value: 1},
-		{Metric: tally.StoreLatency, Suffix: "_count", Value: 1},
+	metrictest.Expect(t, points(t, reader), name, []metrictest.Sample{
+		{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "2.5e-05", Value: 0}, // timeout/2000
+		{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "0.025", Value: 0},   // half the default timeout
+		{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "0.05", Value: 1},    // the timeout
+		{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "0.1", Value: 1},
+		{Metric: metrickit.StoreLatency, Suffix: "_count", Value: 1},
 	})
 }
 
 func TestStoreStatistics(t *testing.T) {
-	main, fallback, want := tallytest.StatsStores()
+	main, fallback, want := metrictest.StatsStores()
 	_, reader := newMetrics(t, tollgateotel.WithStore(main), tollgateotel.WithFallbackStore(fallback))
-	tallytest.Expect(t, points(t, reader), name, want)
+	metrictest.Expect(t, points(t, reader), name, want)
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
@@ -63,16 +63,16 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // Decisions counted while the reader collects: run with -race.
 func TestConcurrentDecisionsAndCollections(t *testing.T) {
 	metrics, reader := newMetrics(t, tollgateotel.WithCardinalityLimit(8))
-	made, unresolved := tallytest.Concurrently(t, metrics, func() { points(t, reader) })
+	made, unresolved := metrictest.Concurrently(t, metrics, func() { points(t, reader) })
 	got := points(t, reader)
-	if n, calls := tallytest.Sum(got, tally.Decisions.Name), got[`tollgate.store.latency_count{}`]; n != float64(made) || calls != float64(made-unresolved) {
+	if n, calls := metrictest.Sum(got, metrickit.Decisions.Name), got[`tollgate.store.latency_count{}`]; n != float64(made) || calls != float64(made-unresolved) {
 		t.Fatalf("%v decisions, %v latencies; want %d and %d", n, calls, made, made-unresolved)
 	}
 }
 
 func TestCloseStopsReporting(t *testing.T) {
 	metrics, reader := newMetrics(t)
-	l := tallytest.NewLimiter(t, tallytest.NewStore(), tollgate.WithObserver(metrics))
+	l := metrictest.NewLimiter(t, metrictest.NewStore(), tollgate.WithObserver(metrics))
 	l.Take(context.Background(), tollgate.Request{Tenant: "t"})
 	if got := points(t, reader); got[`tollgate.decisions{outcome="allowed",plan="small",policy="small",route=""}`] != 1 {
 		t.Fatalf("before Close: %v", got)

@@ -8,10 +8,10 @@ package tollgateprom_test
 import (
 	"testing"
 
-	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
+	"github.com/tollgate-go/tollgate/core/metrickit/metrictest"
 	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
 func TestObservingAllocatesNothing(t *testing.T) {
-	tallytest.CheckAllocs(t, newCollector(t, tollgateprom.WithCardinalityLimit(1)))
+	metrictest.CheckAllocs(t, newCollector(t, tollgateprom.WithCardinalityLimit(1)))
 }

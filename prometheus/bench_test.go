@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
+	"github.com/tollgate-go/tollgate/core/metrickit/metrictest"
 	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
@@ -17,7 +17,7 @@ func BenchmarkObserve(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := tallytest.NewLimiter(b, tallytest.NewStore())
+	l := metrictest.NewLimiter(b, metrictest.NewStore())
 	var ds []tollgate.Decision
 	for i := range 16 {
 		d, err := l.Take(context.Background(), tollgate.Request{Tenant: fmt.Sprint("t", i), Route: fmt.Sprint("GET /api/route-", i/4)})

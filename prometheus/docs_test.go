@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/tollgate-go/tollgate/internal/tally"
+	"github.com/tollgate-go/tollgate/core/metrickit"
 	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 	"go.yaml.in/yaml/v3"
 )
@@ -92,7 +92,7 @@ func checkQuery(t *testing.T, where, expr string, families map[string][]string) 
 			t.Errorf("%s: matcher on unknown label %q in %s", where, label, expr)
 		case label == "outcome" && (op == "=" || op == "!=") && !slices.Contains(outcomes, value):
 			t.Errorf("%s: no outcome %q", where, value)
-		case label == "state" && !slices.Contains(tally.BreakerStates, value):
+		case label == "state" && !slices.Contains(metrickit.BreakerStates, value):
 			t.Errorf("%s: no breaker state %q", where, value)
 		}
 	}
@@ -174,7 +174,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	// The thresholds of the issue: fail-open above 1 % for 5 minutes;
 	// store p99 above half the default timeout.
-	half := (tally.DefaultStoreTimeout / 2).Seconds()
+	half := (metrickit.DefaultStoreTimeout / 2).Seconds()
 	for alert, want := range map[string][]string{
 		"TollgateFailOpen":  {`outcome="failed_open"`, "> 0.01", "for 5m"},
 		"TollgateStoreSlow": {"histogram_quantile(0.99,", "> " + strconv.FormatFloat(half, 'g', -1, 64) + " ", "for 5m"},

@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/tollgate-go/tollgate/core v0.0.0
-	github.com/tollgate-go/tollgate/internal/tally v0.0.0
 	go.yaml.in/yaml/v3 v3.0.5
 )
 
@@ -21,5 +20,3 @@ require (
 )
 
 replace github.com/tollgate-go/tollgate/core => ../core
-
-replace github.com/tollgate-go/tollgate/internal/tally => ../internal/tally

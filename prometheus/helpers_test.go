@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/tollgate-go/tollgate/internal/tally"
+	"github.com/tollgate-go/tollgate/core/metrickit"
 )
 
 // samples flattens metric families into name{label="value",...} -> value,
@@ -63,4 +63,4 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 }
 
 // name is the Collector's name of a metric.
-func name(m *tally.Metric) string { return m.Prometheus }
+func name(m *metrickit.Metric) string { return m.Prometheus }

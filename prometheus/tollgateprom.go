@@ -6,12 +6,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/internal/tally"
+	"github.com/tollgate-go/tollgate/core/metrickit"
 )
 
 // DefaultCardinalityLimit is the number of (plan, policy, route) label sets
 // a Collector keeps unless WithCardinalityLimit says otherwise.
-const DefaultCardinalityLimit = tally.DefaultCardinalityLimit
+const DefaultCardinalityLimit = metrickit.DefaultCardinalityLimit
 
 // A Collector counts the decisions of the Limiters it observes and exports
 // them, with the statistics of the stores it was given, to Prometheus.
@@ -19,8 +19,8 @@ const DefaultCardinalityLimit = tally.DefaultCardinalityLimit
 // Build one with New; the zero Collector is not usable. A Collector is
 // safe for concurrent use.
 type Collector struct {
-	tally *tally.Tally
-	descs map[*tally.Metric]*prometheus.Desc
+	tally *metrickit.Tally
+	descs map[*metrickit.Metric]*prometheus.Desc
 }
 
 var (
@@ -31,7 +31,7 @@ var (
 // An Option configures a Collector. Options may come in any order.
 type Option func(*config)
 
-type config struct{ tally.Options }
+type config struct{ metrickit.Options }
 
 // WithStore reports the statistics of the Limiter's store, if it keeps any
 // (both of tollgate's stores do), with the label store="main":
@@ -71,18 +71,18 @@ func WithStoreTimeout(d time.Duration) Option {
 // New returns a Collector configured by opts. It fails on invalid options,
 // naming them.
 func New(opts ...Option) (*Collector, error) {
-	cfg := config{tally.NewOptions("tollgateprom")}
+	cfg := config{metrickit.NewOptions("tollgateprom")}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	t, err := tally.New(cfg.Options, true)
+	t, err := metrickit.New(cfg.Options, true)
 	if err != nil {
 		return nil, err
 	}
-	c := &Collector{tally: t, descs: map[*tally.Metric]*prometheus.Desc{}}
-	for _, m := range tally.Metrics {
+	c := &Collector{tally: t, descs: map[*metrickit.Metric]*prometheus.Desc{}}
+	for _, m := range metrickit.Metrics {
 		c.descs[m] = prometheus.NewDesc(m.Prometheus, m.Help, m.Labels, nil)
 	}
 	return c, nil
@@ -104,16 +104,16 @@ func (c *Collector) ReportSlots(l *tollgate.Limiter) { c.tally.AddLimiter(l) }
 
 // Describe sends the descriptions of every metric the Collector may export.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, m := range tally.Metrics {
+	for _, m := range metrickit.Metrics {
 		ch <- c.descs[m]
 	}
 }
 
 // Collect sends the current value of every metric.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.tally.Collect(func(m *tally.Metric, v uint64, labels ...string) {
+	c.tally.Collect(func(m *metrickit.Metric, v uint64, labels ...string) {
 		kind := prometheus.CounterValue
-		if m.Kind != tally.Counter {
+		if m.Kind != metrickit.Counter {
 			kind = prometheus.GaugeValue
 		}
 		desc := c.descs[m]
@@ -123,11 +123,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- pm
 	})
-	ch <- c.histogram(tally.StoreLatency, c.tally.Latency())
-	ch <- c.histogram(tally.Delay, c.tally.Delay())
+	ch <- c.histogram(metrickit.StoreLatency, c.tally.Latency())
+	ch <- c.histogram(metrickit.Delay, c.tally.Delay())
 }
 
-func (c *Collector) histogram(m *tally.Metric, s tally.Snapshot) prometheus.Metric {
+func (c *Collector) histogram(m *metrickit.Metric, s metrickit.Snapshot) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(s.Bounds))
 	for i, b := range s.Bounds {
 		buckets[b] = s.Cumulative[i]

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
-	"github.com/tollgate-go/tollgate/internal/tally"
-	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
+	"github.com/tollgate-go/tollgate/core/metrickit"
+	"github.com/tollgate-go/tollgate/core/metrickit/metrictest"
 	tollgateprom "github.com/tollgate-go/tollgate/prometheus"
 )
 
@@ -24,11 +24,11 @@ func newCollector(t *testing.T, opts ...tollgateprom.Option) *tollgateprom.Colle
 
 func TestKnownMix(t *testing.T) {
 	metrics := newCollector(t)
-	tallytest.RunMix(t, metrics)
+	metrictest.RunMix(t, metrics)
 	got := gather(t, metrics)
-	tallytest.Expect(t, got, name, tallytest.Mix)
-	if n := tallytest.Sum(got, "tollgate_decisions_total"); n != tallytest.MixDecisions {
-		t.Fatalf("%v decisions counted, want %d", n, tallytest.MixDecisions)
+	metrictest.Expect(t, got, name, metrictest.Mix)
+	if n := metrictest.Sum(got, "tollgate_decisions_total"); n != metrictest.MixDecisions {
+		t.Fatalf("%v decisions counted, want %d", n, metrictest.MixDecisions)
 	}
 }
 
@@ -36,7 +36,7 @@ func TestKnownMix(t *testing.T) {
 // long) still make valid metrics: the pedantic registry checks them.
 func TestHostileRoutes(t *testing.T) {
 	metrics := newCollector(t, tollgateprom.WithCardinalityLimit(8))
-	l := tallytest.NewLimiter(t, tallytest.NewStore(), tollgate.WithObserver(metrics))
+	l := metrictest.NewLimiter(t, metrictest.NewStore(), tollgate.WithObserver(metrics))
 	long := "/" + strings.Repeat("a", 300)
 	for i, route := range []string{long + "1", long + "2", "/\xff\xfe", "/\xfe"} {
 		l.Take(context.Background(), tollgate.Request{Tenant: fmt.Sprint("t", i), Route: route})
@@ -45,18 +45,18 @@ func TestHostileRoutes(t *testing.T) {
 		l.Take(context.Background(), tollgate.Request{Tenant: "t", Route: fmt.Sprint("/users/", i)})
 	}
 	got := gather(t, metrics)
-	tallytest.Expect(t, got, name, []tallytest.Sample{
-		{Metric: tally.Decisions, Labels: []string{"small", "small", long[:tally.MaxLabelLength], "allowed"}, Value: 2},
-		{Metric: tally.Decisions, Labels: []string{"small", "small", "/\uFFFD", "allowed"}, Value: 2},
-		{Metric: tally.LabelOverflow, Value: 20 - 4}, // 4 hostile label sets and 4 of users: the limit
+	metrictest.Expect(t, got, name, []metrictest.Sample{
+		{Metric: metrickit.Decisions, Labels: []string{"small", "small", long[:metrickit.MaxLabelLength], "allowed"}, Value: 2},
+		{Metric: metrickit.Decisions, Labels: []string{"small", "small", "/\uFFFD", "allowed"}, Value: 2},
+		{Metric: metrickit.LabelOverflow, Value: 20 - 4}, // 4 hostile label sets and 4 of users: the limit
 	})
 }
 
 func TestStoreStatistics(t *testing.T) {
-	main, fallback, want := tallytest.StatsStores()
+	main, fallback, want := metrictest.StatsStores()
 	metrics := newCollector(t, tollgateprom.WithStore(main), tollgateprom.WithFallbackStore(fallback))
-	tallytest.Expect(t, gather(t, metrics), name, want)
-	quiet := newCollector(t, tollgateprom.WithStore(tallytest.Quiet{Store: main}))
+	metrictest.Expect(t, gather(t, metrics), name, want)
+	quiet := newCollector(t, tollgateprom.WithStore(metrictest.Quiet{Store: main}))
 	for k := range gather(t, quiet) {
 		if strings.HasPrefix(k, "tollgate_store_") && !strings.HasPrefix(k, "tollgate_store_latency") && !strings.HasPrefix(k, "tollgate_store_errors") {
 			t.Errorf("%s reported for a store that keeps no statistics", k)
@@ -78,7 +78,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			t.Errorf("New(%s): %v", tc.want, err)
 		}
 	}
-	s := tallytest.NewStore()
+	s := metrictest.NewStore()
 	if _, err := tollgateprom.New(tollgateprom.WithStore(s), tollgateprom.WithStore(s)); err == nil {
 		t.Error("New accepts two main stores")
 	}
@@ -86,25 +86,25 @@ func TestNewRejectsBadOptions(t *testing.T) {
 
 func TestLatencyBucketsFollowTheTimeout(t *testing.T) {
 	metrics := newCollector(t, tollgateprom.WithStoreTimeout(200*time.Millisecond))
-	store := tallytest.NewStore()
+	store := metrictest.NewStore()
 	store.SetLatency(120 * time.Millisecond)
-	l := tallytest.NewLimiter(t, store, tollgate.WithObserver(metrics))
+	l := metrictest.NewLimiter(t, store, tollgate.WithObserver(metrics))
 	l.Take(context.Background(), tollgate.Request{Tenant: "t"})
-	tallytest.Expect(t, gather(t, metrics), name, []tallytest.Sample{
-		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.0001", Value: 0}, // timeout/2000
-		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.1", Value: 0},    // half the timeout
-		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.2", Value: 1},    // the timeout
-		{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "0.4", Value: 1},
-		{Metric: tally.StoreLatency, Suffix: "_sum", Value: 0.12},
+	metrictest.Expect(t, gather(t, metrics), name, []metrictest.Sample{
+		{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "0.0001", Value: 0}, // timeout/2000
+		{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "0.1", Value: 0},    // half the timeout
+		{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "0.2", Value: 1},    // the timeout
+		{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "0.4", Value: 1},
+		{Metric: metrickit.StoreLatency, Suffix: "_sum", Value: 0.12},
 	})
 }
 
 // Decisions counted while other goroutines scrape: run with -race.
 func TestConcurrentDecisionsAndScrapes(t *testing.T) {
 	metrics := newCollector(t, tollgateprom.WithCardinalityLimit(8))
-	made, unresolved := tallytest.Concurrently(t, metrics, func() { gather(t, metrics) })
+	made, unresolved := metrictest.Concurrently(t, metrics, func() { gather(t, metrics) })
 	got := gather(t, metrics)
-	if n, calls := tallytest.Sum(got, "tollgate_decisions_total"), got[`tollgate_store_latency_seconds_count{}`]; n != float64(made) || calls != float64(made-unresolved) {
+	if n, calls := metrictest.Sum(got, "tollgate_decisions_total"), got[`tollgate_store_latency_seconds_count{}`]; n != float64(made) || calls != float64(made-unresolved) {
 		t.Fatalf("%v decisions counted, %v latencies; want %d and %d", n, calls, made, made-unresolved)
 	}
 }

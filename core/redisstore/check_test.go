@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/core/storekit"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 func check(s *redisstore.Store) error {
@@ -29,7 +29,7 @@ func TestCheckHealthy(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefix := strings.TrimSuffix(s.Key("x"), "{x}")
-	if keys, _ := testredis.Keys(client.Options().Addr, prefix); len(keys) > 0 {
+	if keys, _ := redistest.Keys(client.Options().Addr, prefix); len(keys) > 0 {
 		t.Errorf("Check left keys: %v", keys)
 	}
 	cluster := startCluster(t)
@@ -41,7 +41,7 @@ func TestCheckHealthy(t *testing.T) {
 // TestCheckMisconfigured: mistakes that waiting will not mend wrap
 // ErrMisconfigured and name their cause, and make tollgate.New fail.
 func TestCheckMisconfigured(t *testing.T) {
-	srv := testredis.Start(t)
+	srv := redistest.Start(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	ctx := context.Background()
@@ -100,8 +100,8 @@ func TestCheckUnreachable(t *testing.T) {
 	}
 	refused := l.Addr().String()
 	l.Close()
-	srv := testredis.Start(t)
-	silent := testredis.NewProxy(t, srv.Addr())
+	srv := redistest.Start(t)
+	silent := redistest.NewProxy(t, srv.Addr())
 	silent.Silence()
 	for name, c := range map[string]struct{ addr, want string }{
 		"refused":      {refused, "connection refused"},
@@ -124,7 +124,7 @@ func TestCheckUnreachable(t *testing.T) {
 func TestCheckEviction(t *testing.T) {
 	for policy, warn := range map[string]bool{"allkeys-lru": true, "volatile-ttl": true, "noeviction": false} {
 		t.Run(policy, func(t *testing.T) {
-			srv := testredis.Start(t, "--maxmemory", "100mb", "--maxmemory-policy", policy)
+			srv := redistest.Start(t, "--maxmemory", "100mb", "--maxmemory-policy", policy)
 			client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer client.Close()
 			var logs bytes.Buffer

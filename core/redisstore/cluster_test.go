@@ -11,16 +11,16 @@ import (
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/core/storekit"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 // TestCluster runs the Store on a Redis Cluster of three masters: the
 // model comparison over many tenants (so over every node), four Stores on
 // one tenant without overshoot, and keys whose slot is their tag's.
 func TestCluster(t *testing.T) {
-	nodes := testredis.StartCluster(t, 3)
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testredis.Addrs(nodes)})
+	nodes := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
 	t.Cleanup(func() { client.Close() })
 
 	t.Run("model", func(t *testing.T) {
@@ -34,11 +34,11 @@ func TestCluster(t *testing.T) {
 		compareWithModel(t, client, steps)
 	})
 	t.Run("four stores", func(t *testing.T) {
-		prefix := testredis.Prefix(t)
+		prefix := redistest.Prefix(t)
 		lim := tollgate.Limit{Rate: 100, Burst: 50}
 		var stores []*redisstore.Store
 		for range 4 {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testredis.Addrs(nodes)})
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
 			t.Cleanup(func() { c.Close() })
 			s, err := redisstore.New(c, redisstore.WithPrefix(prefix), redisstore.WithLogger(nil))
 			if err != nil {
@@ -102,8 +102,8 @@ func TestCluster(t *testing.T) {
 // TestClusterSlotMoved: a slot moves to another node; the Store's first
 // call to it fails ("moved") and the next ones go to the new node.
 func TestClusterSlotMoved(t *testing.T) {
-	nodes := testredis.StartCluster(t, 3)
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testredis.Addrs(nodes)})
+	nodes := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
 	t.Cleanup(func() { client.Close() })
 	s := newStore(t, client)
 	ctx := context.Background()
@@ -157,7 +157,7 @@ func TestClusterSlotMoved(t *testing.T) {
 
 // TestRing runs the model comparison on a Ring of two servers.
 func TestRing(t *testing.T) {
-	a, b := testredis.Start(t), testredis.Start(t)
+	a, b := redistest.Start(t), redistest.Start(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
 	t.Cleanup(func() { ring.Close() })
 	steps := randomSteps(5, 300)

@@ -8,9 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 // checkedScript is apply.lua with its commands going through a wrapper
@@ -59,8 +59,8 @@ func TestConformance(t *testing.T) {
 // Stores that share one Redis, each with a client of its own, as replicas
 // of a service do, and its checks of Limiter.Wait on Redis's own clock.
 func TestConformanceReplicas(t *testing.T) {
-	addr := testredis.Shared(t)
-	prefix := testredis.Prefix(t)
+	addr := redistest.Shared(t)
+	prefix := redistest.Prefix(t)
 	replicas := func(opts ...redisstore.Option) []tollgate.Store {
 		var stores []tollgate.Store
 		for range 4 {
@@ -101,8 +101,8 @@ func TestDeclaredKeys(t *testing.T) {
 // of it.
 func startCluster(t *testing.T) *redis.ClusterClient {
 	t.Helper()
-	nodes := testredis.StartCluster(t, 3)
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testredis.Addrs(nodes)})
+	nodes := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
 	t.Cleanup(func() { client.Close() })
 	return client
 }

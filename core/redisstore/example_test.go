@@ -8,18 +8,18 @@ import (
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 func ExampleNew() {
-	addr, err := testredis.SharedAddr() // host:port, such as 127.0.0.1:6379
+	addr, err := redistest.SharedAddr() // host:port, such as 127.0.0.1:6379
 	if err != nil {
 		log.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	// A prefix of its own keeps this example's keys apart from other runs'.
-	store, err := redisstore.New(rdb, redisstore.WithPrefix(testredis.KeyPrefix("ExampleNew")))
+	store, err := redisstore.New(rdb, redisstore.WithPrefix(redistest.KeyPrefix("ExampleNew")))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 // The fault suite: a Limiter over the Redis store, driven through its
@@ -25,10 +25,10 @@ import (
 // faultLimiter returns a Limiter over a Store whose client reaches a
 // server of its own through a proxy, with the store's default timeout and
 // a plan that never denies.
-func faultLimiter(t *testing.T, ctxTimeout bool, opts ...redisstore.Option) (*tollgate.Limiter, *testredis.Proxy, *redisstore.Store, *testredis.Server) {
+func faultLimiter(t *testing.T, ctxTimeout bool, opts ...redisstore.Option) (*tollgate.Limiter, *redistest.Proxy, *redisstore.Store, *redistest.Server) {
 	t.Helper()
-	srv := testredis.Start(t)
-	proxy := testredis.NewProxy(t, srv.Addr())
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: ctxTimeout})
 	t.Cleanup(func() { client.Close() })
 	s, err := redisstore.New(client, append([]redisstore.Option{redisstore.WithLogger(nil)}, opts...)...)
@@ -168,8 +168,8 @@ func TestFaultSilentRedis(t *testing.T) {
 // and the script loaded.
 func TestFaultSlowRedis(t *testing.T) {
 	eachClientSetting(t, func(t *testing.T, ctxTimeout bool) {
-		srv := testredis.Start(t)
-		proxy := testredis.NewProxy(t, srv.Addr())
+		srv := redistest.Start(t)
+		proxy := redistest.NewProxy(t, srv.Addr())
 		proxy.SetLatency(0, 30*time.Millisecond)
 		client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: ctxTimeout})
 		t.Cleanup(func() { client.Close() })
@@ -320,7 +320,7 @@ func saturate() (stop func()) {
 // more allowed than the bucket holds.
 func TestFaultFourStores(t *testing.T) {
 	client := sharedClient(t)
-	prefix := testredis.Prefix(t)
+	prefix := redistest.Prefix(t)
 	var stores []*redisstore.Store
 	for range 4 {
 		c := redis.NewClient(&redis.Options{Addr: client.Options().Addr})

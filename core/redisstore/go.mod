@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate-go/tollgate/core v0.0.0
-	github.com/tollgate-go/tollgate/internal/testredis v0.0.0
 )
 
 require (
@@ -15,5 +14,3 @@ require (
 )
 
 replace github.com/tollgate-go/tollgate/core => ../
-
-replace github.com/tollgate-go/tollgate/internal/testredis => ../../internal/testredis

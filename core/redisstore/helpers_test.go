@@ -8,14 +8,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/core/storekit"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 func TestMain(m *testing.M) {
 	// go-redis logs every failed dial; the fault tests make many on purpose.
 	redis.SetLogger(quiet{})
-	os.Exit(testredis.Run(m))
+	os.Exit(redistest.Run(m))
 }
 
 type quiet struct{}
@@ -25,7 +25,7 @@ func (quiet) Printf(context.Context, string, ...any) {}
 // sharedClient returns a client of the Redis the tests share.
 func sharedClient(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: testredis.Shared(t)})
+	c := redis.NewClient(&redis.Options{Addr: redistest.Shared(t)})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -34,7 +34,7 @@ func sharedClient(t testing.TB) *redis.Client {
 // prefix (deleted when the test ends) and no logger, and the options.
 func newStore(t testing.TB, client redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	opts = append([]redisstore.Option{redisstore.WithPrefix(testredis.Prefix(t)), redisstore.WithLogger(nil)}, opts...)
+	opts = append([]redisstore.Option{redisstore.WithPrefix(redistest.Prefix(t)), redisstore.WithLogger(nil)}, opts...)
 	s, err := redisstore.New(client, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 // patientTimeout is the timeout of the Stores of the conformance kit's
@@ -29,7 +29,7 @@ const patientTimeout = 2 * time.Second
 // prefix.
 func replicaStores(t *testing.T, opts ...redisstore.Option) []tollgate.Store {
 	t.Helper()
-	addr, prefix := testredis.Shared(t), testredis.Prefix(t)
+	addr, prefix := redistest.Shared(t), redistest.Prefix(t)
 	var stores []tollgate.Store
 	for range 4 {
 		c := redis.NewClient(&redis.Options{Addr: addr})
@@ -143,7 +143,7 @@ func TestReleaseOfACallerGone(t *testing.T) {
 // as soon as Redis's answer comes.
 func TestOrphanedSlotReleased(t *testing.T) {
 	client := sharedClient(t)
-	proxy := testredis.NewProxy(t, testredis.Shared(t))
+	proxy := redistest.NewProxy(t, redistest.Shared(t))
 	slow := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 	t.Cleanup(func() { slow.Close() })
 	s := newStore(t, slow, redisstore.WithTimeout(2*time.Second))
@@ -203,7 +203,7 @@ func take(t testing.TB, l *tollgate.Limiter, ctx context.Context, tenant string,
 // ends is one more. Redis's slow log, set to log every command, counts
 // the calls (a script's own commands are not in it).
 func TestInFlightRoundTrips(t *testing.T) {
-	srv := testredis.Start(t, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000")
+	srv := redistest.Start(t, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000")
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
 	sum := sha1.Sum([]byte(redisstore.ScriptSource))

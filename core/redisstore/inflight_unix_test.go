@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-go/tollgate/core/redisstore"
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 // holderEnv, set to a Redis address, makes the test binary a replica that
@@ -30,7 +30,7 @@ func TestKilledReplicaFreesSlots(t *testing.T) {
 		holdSlots(t, addr)
 		return
 	}
-	srv := testredis.Start(t)
+	srv := redistest.Start(t)
 	child := exec.Command(os.Args[0], "-test.run=^TestKilledReplicaFreesSlots$", "-test.count=1")
 	child.Env = append(os.Environ(), holderEnv+"="+srv.Addr())
 	child.Stderr = os.Stderr

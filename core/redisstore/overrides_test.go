@@ -9,14 +9,14 @@ import (
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 // replicas returns n Limiters over Stores of their own on one Redis, with
 // the default plans and the test's prefix, as n replicas of an API.
 func replicas(t *testing.T, n int) []*tollgate.Limiter {
 	t.Helper()
-	prefix := testredis.Prefix(t)
+	prefix := redistest.Prefix(t)
 	var out []*tollgate.Limiter
 	for range n {
 		out = append(out, replica(t, prefix))
@@ -42,7 +42,7 @@ func replica(t *testing.T, prefix string) *tollgate.Limiter {
 // replica holds on another within 100 ms, median and worst of 100 tries,
 // and on a replica started later from its first request.
 func TestOverridesReachEveryReplica(t *testing.T) {
-	prefix := testredis.Prefix(t)
+	prefix := redistest.Prefix(t)
 	ls := []*tollgate.Limiter{replica(t, prefix), replica(t, prefix)}
 	a, b := ls[0], ls[1]
 	ctx := context.Background()

@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/redisstore"
+	"github.com/tollgate-go/tollgate/core/redistest"
 	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
-	"github.com/tollgate-go/tollgate/internal/testredis"
 )
 
 const year = 365 * 24 * time.Hour
@@ -303,8 +303,8 @@ type otherClient struct{ redis.UniversalClient }
 // TestGiveUp: a caller whose context ends returns at once, and a Cancel
 // in the background does not wait on a silent Redis.
 func TestGiveUp(t *testing.T) {
-	srv := testredis.Start(t)
-	proxy := testredis.NewProxy(t, srv.Addr())
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 	defer client.Close()
 	s, err := redisstore.New(client, redisstore.WithLogger(nil), redisstore.WithTimeout(time.Second))

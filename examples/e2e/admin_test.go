@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 const adminToken = "e2e-admin-token"
@@ -154,7 +154,7 @@ func TestAdminAPI(t *testing.T) {
 // request.
 func TestReplicasOnOneRedis(t *testing.T) {
 	each(t, func(t *testing.T, name string) {
-		env := []string{"REDIS_URL=redis://" + testredis.Start(t).Addr() + "/0", "ADMIN_TOKEN=" + adminToken}
+		env := []string{"REDIS_URL=redis://" + redistest.Start(t).Addr() + "/0", "ADMIN_TOKEN=" + adminToken}
 		replicas := []*app{start(t, name, env), start(t, name, env)}
 
 		tenant := unique("shared")

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 // TestContract checks each app, on the memory store, against the contract
@@ -208,7 +208,7 @@ func onEachStore(t *testing.T, test func(t *testing.T, a *app)) {
 			each(t, func(t *testing.T, name string) {
 				var env []string
 				if store == "redis" {
-					env = []string{"REDIS_URL=redis://" + testredis.Start(t).Addr() + "/0"}
+					env = []string{"REDIS_URL=redis://" + redistest.Start(t).Addr() + "/0"}
 				}
 				test(t, start(t, name, env))
 			})
@@ -365,7 +365,7 @@ func TestShadowMode(t *testing.T) {
 // decisions that failed open and the store's errors.
 func TestRedisFailsOpen(t *testing.T) {
 	each(t, func(t *testing.T, name string) {
-		srv := testredis.Start(t)
+		srv := redistest.Start(t)
 		a := start(t, name, []string{"REDIS_URL=redis://" + srv.Addr() + "/0"})
 		tenant := unique("failopen")
 		limited := 0
@@ -422,7 +422,7 @@ func TestRedisFailsOpen(t *testing.T) {
 // it is misconfigured.
 func TestRedisUnreachableAtStart(t *testing.T) {
 	t.Parallel()
-	closed := testredis.Start(t)
+	closed := redistest.Start(t)
 	closed.Kill() // a loopback port where nothing listens
 	each(t, func(t *testing.T, name string) {
 		a := start(t, name, []string{"REDIS_URL=redis://" + closed.Addr() + "/0"})
@@ -448,7 +448,7 @@ func TestRedisUnreachableAtStart(t *testing.T) {
 // without claiming to serve without limits.
 func TestRedisMisconfigured(t *testing.T) {
 	t.Parallel()
-	srv := testredis.Start(t)
+	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	if err := c.ConfigSet(t.Context(), "requirepass", "right").Err(); err != nil {

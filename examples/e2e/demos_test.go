@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 const helloMethod = "/tollgate.demo.v1.Demo/Hello"
@@ -97,7 +97,7 @@ func TestGRPC(t *testing.T) {
 func TestWorkersShareABudget(t *testing.T) {
 	t.Parallel()
 	const duration = 4 * time.Second
-	env := []string{"REDIS_URL=redis://" + testredis.Start(t).Addr() + "/0"}
+	env := []string{"REDIS_URL=redis://" + redistest.Start(t).Addr() + "/0"}
 	began := time.Now()
 	workers := []*app{start(t, "worker", env, "-duration", duration.String()), start(t, "worker", env, "-duration", duration.String())}
 	jobs := map[string]float64{}
@@ -128,7 +128,7 @@ func TestWorkersShareABudget(t *testing.T) {
 // gets its plan's budget once across the replicas, not once per replica.
 func TestReplicasDemo(t *testing.T) {
 	t.Parallel()
-	a := start(t, "replicas", []string{"REDIS_URL=redis://" + testredis.Start(t).Addr() + "/0"}, "-n", "2", "-duration", "2s", "-flood", "200")
+	a := start(t, "replicas", []string{"REDIS_URL=redis://" + redistest.Start(t).Addr() + "/0"}, "-n", "2", "-duration", "2s", "-flood", "200")
 	// The table is not JSON: wait for its last line.
 	until(t, func() bool { return strings.Contains(a.out.String(), "budget = burst") })
 	// tenant, plan, sent, allowed by r1 and r2, in all, the budget, 429s,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-go/tollgate/internal/testredis"
+	"github.com/tollgate-go/tollgate/core/redistest"
 )
 
 // slowBurst sends n GET /api/slow of tenant at once to the apps at urls,
@@ -98,7 +98,7 @@ func checkInFlightRefusal(t *testing.T, r response, policy string) {
 // tenant's two slots.
 func TestSlotsAreSharedByReplicas(t *testing.T) {
 	t.Parallel()
-	env := []string{"REDIS_URL=redis://" + testredis.Start(t).Addr() + "/0"}
+	env := []string{"REDIS_URL=redis://" + redistest.Start(t).Addr() + "/0"}
 	a, b := start(t, "gin", env), start(t, "chi", env)
 	answers := slowBurst(t, []string{a.url, b.url}, unique("shared-slow"), 4)
 	ok := 0

@@ -1,4 +1,4 @@
-package testredis
+package redistest
 
 import (
 	"bufio"
@@ -68,7 +68,7 @@ func (c *respConn) read() (any, error) {
 		return nil, err
 	}
 	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return nil, fmt.Errorf("testredis: malformed reply line %q", line)
+		return nil, fmt.Errorf("redistest: malformed reply line %q", line)
 	}
 	kind, body := line[0], line[1:len(line)-2]
 	switch kind {
@@ -81,7 +81,7 @@ func (c *respConn) read() (any, error) {
 	case '$':
 		n, err := strconv.Atoi(body)
 		if err != nil || n < -1 {
-			return nil, fmt.Errorf("testredis: malformed bulk length %q", body)
+			return nil, fmt.Errorf("redistest: malformed bulk length %q", body)
 		}
 		if n == -1 {
 			return nil, nil
@@ -94,7 +94,7 @@ func (c *respConn) read() (any, error) {
 	case '*':
 		n, err := strconv.Atoi(body)
 		if err != nil || n < -1 {
-			return nil, fmt.Errorf("testredis: malformed array length %q", body)
+			return nil, fmt.Errorf("redistest: malformed array length %q", body)
 		}
 		if n == -1 {
 			return nil, nil
@@ -113,7 +113,7 @@ func (c *respConn) read() (any, error) {
 		}
 		return items, nil
 	}
-	return nil, fmt.Errorf("testredis: unexpected reply type %q", kind)
+	return nil, fmt.Errorf("redistest: unexpected reply type %q", kind)
 }
 
 // command runs one command on a new connection to addr.

@@ -1,4 +1,4 @@
-package tally
+package metrickit
 
 // An Event is a decision as a Tally counts it, for tests that script
 // decisions no Limiter makes on demand (an outcome of a newer core, a plan

@@ -3,14 +3,14 @@
 // The race detector allocates on its own: the allocation tests run without
 // it (make test-allocs).
 
-package tally_test
+package metrickit_test
 
 import (
 	"testing"
 
-	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
+	"github.com/tollgate-go/tollgate/core/metrickit/metrictest"
 )
 
 func TestObserveAllocatesNothing(t *testing.T) {
-	tallytest.CheckAllocs(t, observer{newTally(t, true, limit(1))})
+	metrictest.CheckAllocs(t, observer{newTally(t, true, limit(1))})
 }

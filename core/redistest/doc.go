@@ -1,7 +1,8 @@
-// Package testredis gives tollgate's tests real Redis servers that they
-// own, so that the tests neither need nor touch a Redis the developer runs,
-// and a fault-injecting proxy to put in front of them. It uses the standard
-// library only, and redis-server from PATH.
+// Package redistest gives tests real Redis servers that they own, so that
+// the tests neither need nor touch a Redis the developer runs, and a
+// fault-injecting proxy to put in front of them: tollgate's own tests use
+// it, and so may the tests of an application or a store on tollgate. It
+// uses the standard library only, and redis-server from PATH.
 //
 // # The shared server
 //
@@ -9,11 +10,11 @@
 // process, through Shared, and keep their keys under Prefix, which deletes
 // them when the test ends:
 //
-//	func TestMain(m *testing.M) { os.Exit(testredis.Run(m)) }
+//	func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
 //
 //	func TestSomething(t *testing.T) {
-//		client := redis.NewClient(&redis.Options{Addr: testredis.Shared(t)})
-//		store, err := redisstore.New(client, redisstore.WithPrefix(testredis.Prefix(t)))
+//		client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t)})
+//		store, err := redisstore.New(client, redisstore.WithPrefix(redistest.Prefix(t)))
 //		...
 //	}
 //
@@ -38,8 +39,8 @@
 // (Silence, Resume), dropped connections (Cut), a move to another server
 // (SetTarget).
 //
-//	srv := testredis.Start(t)
-//	proxy := testredis.NewProxy(t, srv.Addr())
+//	srv := redistest.Start(t)
+//	proxy := redistest.NewProxy(t, srv.Addr())
 //	client := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 //	proxy.SetLatency(0, 30*time.Millisecond) // every reply 30 ms late
 //	proxy.Silence()                          // no reply at all
@@ -51,4 +52,4 @@
 // they never skip, so a machine without Redis cannot pass the suite by
 // running less of it. `make test` installs redis-server where it is
 // missing.
-package testredis
+package redistest

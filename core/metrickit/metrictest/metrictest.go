@@ -1,9 +1,9 @@
-// Package tallytest holds what the tests of both metrics exporters share:
+// Package metrictest holds what the tests of both metrics exporters share:
 // stores that fail or report statistics on demand, a known mix of
 // decisions and the figures it must produce, and the checks that counting
 // allocates nothing and races with nothing. Each exporter's tests flatten
 // its output into samples named "name{label="value",...}" and compare.
-package tallytest
+package metrictest
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/metrickit"
 	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
-	"github.com/tollgate-go/tollgate/internal/tally"
 )
 
 // KindError is a store error that reports its kind, as the Redis store's
@@ -188,7 +188,7 @@ func RunMix(t testing.TB, obs tollgate.Observer) {
 // Labels (values in the Metric's order), or for a histogram its _count,
 // _sum or _bucket series (Suffix; Le for a bucket).
 type Sample struct {
-	Metric *tally.Metric
+	Metric *metrickit.Metric
 	Suffix string
 	Le     string
 	Labels []string
@@ -196,7 +196,7 @@ type Sample struct {
 }
 
 func decisions(plan, policy, route, outcome string, n float64) Sample {
-	return Sample{Metric: tally.Decisions, Labels: []string{plan, policy, route, outcome}, Value: n}
+	return Sample{Metric: metrickit.Decisions, Labels: []string{plan, policy, route, outcome}, Value: n}
 }
 
 // Mix is what RunMix adds up to.
@@ -217,33 +217,33 @@ var Mix = []Sample{
 	decisions("flight", "flight-inflight", Hello, "allowed", 1),
 	decisions("flight", "flight-inflight", Hello, "denied", 1),
 
-	{Metric: tally.Tokens, Labels: []string{"small", Hello}, Value: 3 + 1 + 3},
-	{Metric: tally.Tokens, Labels: []string{"small", Reports}, Value: 2},
-	{Metric: tally.Tokens, Labels: []string{"shadowed", Reports}, Value: 2},
-	{Metric: tally.Tokens, Labels: []string{"flight", Hello}, Value: 1},
+	{Metric: metrickit.Tokens, Labels: []string{"small", Hello}, Value: 3 + 1 + 3},
+	{Metric: metrickit.Tokens, Labels: []string{"small", Reports}, Value: 2},
+	{Metric: metrickit.Tokens, Labels: []string{"shadowed", Reports}, Value: 2},
+	{Metric: metrickit.Tokens, Labels: []string{"flight", Hello}, Value: 1},
 
-	{Metric: tally.Refusals, Labels: []string{"small", "bucket"}, Value: 2 + 1},
-	{Metric: tally.Refusals, Labels: []string{"flight", "in-flight"}, Value: 1},
-	{Metric: tally.InFlightSlots, Labels: []string{"flight"}, Value: 1},
+	{Metric: metrickit.Refusals, Labels: []string{"small", "bucket"}, Value: 2 + 1},
+	{Metric: metrickit.Refusals, Labels: []string{"flight", "in-flight"}, Value: 1},
+	{Metric: metrickit.InFlightSlots, Labels: []string{"flight"}, Value: 1},
 
-	{Metric: tally.StoreErrors, Labels: []string{"circuit_open"}, Value: 2 + 4},
-	{Metric: tally.StoreErrors, Labels: []string{"timeout"}, Value: 1},
-	{Metric: tally.ResolverErrors, Value: 1},
+	{Metric: metrickit.StoreErrors, Labels: []string{"circuit_open"}, Value: 2 + 4},
+	{Metric: metrickit.StoreErrors, Labels: []string{"timeout"}, Value: 1},
+	{Metric: metrickit.ResolverErrors, Value: 1},
 
-	{Metric: tally.FallbackDecisions, Labels: []string{"allowed"}, Value: 3},
-	{Metric: tally.FallbackDecisions, Labels: []string{"denied"}, Value: 1},
-	{Metric: tally.FallbackDecisions, Labels: []string{"delayed"}, Value: 0},
-	{Metric: tally.FallbackDecisions, Labels: []string{"shadow_denied"}, Value: 0},
+	{Metric: metrickit.FallbackDecisions, Labels: []string{"allowed"}, Value: 3},
+	{Metric: metrickit.FallbackDecisions, Labels: []string{"denied"}, Value: 1},
+	{Metric: metrickit.FallbackDecisions, Labels: []string{"delayed"}, Value: 0},
+	{Metric: metrickit.FallbackDecisions, Labels: []string{"shadow_denied"}, Value: 0},
 
 	// Every decision but the two rejected and the resolver's failure
 	// called a store, in the process: latency 0.
-	{Metric: tally.StoreLatency, Suffix: "_count", Value: 20},
-	{Metric: tally.StoreLatency, Suffix: "_bucket", Le: "2.5e-05", Value: 20},
-	{Metric: tally.Delay, Suffix: "_count", Value: 1},
-	{Metric: tally.Delay, Suffix: "_sum", Value: 1},
-	{Metric: tally.Delay, Suffix: "_bucket", Le: "0.5", Value: 0},
-	{Metric: tally.Delay, Suffix: "_bucket", Le: "1", Value: 1},
-	{Metric: tally.LabelOverflow, Value: 0},
+	{Metric: metrickit.StoreLatency, Suffix: "_count", Value: 20},
+	{Metric: metrickit.StoreLatency, Suffix: "_bucket", Le: "2.5e-05", Value: 20},
+	{Metric: metrickit.Delay, Suffix: "_count", Value: 1},
+	{Metric: metrickit.Delay, Suffix: "_sum", Value: 1},
+	{Metric: metrickit.Delay, Suffix: "_bucket", Le: "0.5", Value: 0},
+	{Metric: metrickit.Delay, Suffix: "_bucket", Le: "1", Value: 1},
+	{Metric: metrickit.LabelOverflow, Value: 0},
 }
 
 // StatsStores returns a main store whose breaker is open and a fallback
@@ -254,14 +254,14 @@ func StatsStores() (main, fallback *Store, want []Sample) {
 	main.SetStats(storekit.Stats{BreakerOpen: true, BreakerOpens: 3})
 	fallback.SetStats(storekit.Stats{Tenants: 4, Evictions: 6, DrainedEvictions: 2})
 	return main, fallback, []Sample{
-		{Metric: tally.BreakerState, Labels: []string{"main", "closed"}, Value: 0},
-		{Metric: tally.BreakerState, Labels: []string{"main", "open"}, Value: 1},
-		{Metric: tally.BreakerOpens, Labels: []string{"main"}, Value: 3},
-		{Metric: tally.StoreTenants, Labels: []string{"main"}, Value: 0},
-		{Metric: tally.StoreTenants, Labels: []string{"fallback"}, Value: 4},
-		{Metric: tally.StoreEvictions, Labels: []string{"fallback"}, Value: 6},
-		{Metric: tally.StoreDrainedEvictions, Labels: []string{"fallback"}, Value: 2},
-		{Metric: tally.BreakerState, Labels: []string{"fallback", "closed"}, Value: 1},
+		{Metric: metrickit.BreakerState, Labels: []string{"main", "closed"}, Value: 0},
+		{Metric: metrickit.BreakerState, Labels: []string{"main", "open"}, Value: 1},
+		{Metric: metrickit.BreakerOpens, Labels: []string{"main"}, Value: 3},
+		{Metric: metrickit.StoreTenants, Labels: []string{"main"}, Value: 0},
+		{Metric: metrickit.StoreTenants, Labels: []string{"fallback"}, Value: 4},
+		{Metric: metrickit.StoreEvictions, Labels: []string{"fallback"}, Value: 6},
+		{Metric: metrickit.StoreDrainedEvictions, Labels: []string{"fallback"}, Value: 2},
+		{Metric: metrickit.BreakerState, Labels: []string{"fallback", "closed"}, Value: 1},
 	}
 }
 
@@ -279,7 +279,7 @@ func Key(name string, labels, values []string, extra ...string) string {
 
 // Expect fails t unless got holds every sample of want, each named by
 // name (the exporter's name of its Metric), with its value.
-func Expect(t testing.TB, got map[string]float64, name func(*tally.Metric) string, want []Sample) {
+func Expect(t testing.TB, got map[string]float64, name func(*metrickit.Metric) string, want []Sample) {
 	t.Helper()
 	for _, s := range want {
 		var extra []string

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package testredis
+package redistest
 
 import "syscall"
 

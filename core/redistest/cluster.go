@@ -1,4 +1,4 @@
-package testredis
+package redistest
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ const clusterSlots = 16384
 func StartCluster(tb testing.TB, masters int, extra ...string) []*Server {
 	tb.Helper()
 	if masters < 1 {
-		tb.Fatalf("testredis.StartCluster: %d masters, want at least 1", masters)
+		tb.Fatalf("redistest.StartCluster: %d masters, want at least 1", masters)
 	}
 	args := append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "5000"}, extra...)
@@ -49,7 +49,7 @@ func makeCluster(nodes []*Server) error {
 	// and waits for up to the node timeout once they are reachable.
 	for _, n := range nodes[1:] {
 		if _, err := command(nodes[0].Addr(), 10*time.Second, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.Port())); err != nil {
-			return fmt.Errorf("testredis: CLUSTER MEET %s: %w", n.Addr(), err)
+			return fmt.Errorf("redistest: CLUSTER MEET %s: %w", n.Addr(), err)
 		}
 	}
 	if err := waitCluster(nodes, "cluster_known_nodes:"+strconv.Itoa(len(nodes))); err != nil {
@@ -62,7 +62,7 @@ func makeCluster(nodes []*Server) error {
 			args = append(args, strconv.Itoa(slot))
 		}
 		if _, err := command(n.Addr(), 10*time.Second, args...); err != nil {
-			return fmt.Errorf("testredis: CLUSTER ADDSLOTS on %s: %w", n.Addr(), err)
+			return fmt.Errorf("redistest: CLUSTER ADDSLOTS on %s: %w", n.Addr(), err)
 		}
 	}
 	return waitCluster(nodes, "cluster_state:ok", "cluster_slots_ok:"+strconv.Itoa(clusterSlots),
@@ -81,7 +81,7 @@ func waitCluster(nodes []*Server, want ...string) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("testredis: cluster node %s not ready (want %v): %v\n%s", n.Addr(), want, err, s)
+				return fmt.Errorf("redistest: cluster node %s not ready (want %v): %v\n%s", n.Addr(), want, err, s)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -1,4 +1,4 @@
-package testredis
+package redistest
 
 import (
 	"errors"
@@ -169,7 +169,7 @@ func (s *Server) Resume() {
 }
 
 // errNoServer is returned when redis-server is not on PATH.
-var errNoServer = errors.New("testredis: redis-server is not on PATH. These tests start their own Redis: " +
+var errNoServer = errors.New("redistest: redis-server is not on PATH. These tests start their own Redis: " +
 	"install it (apt-get install redis-server; `make test` does it for you). " +
 	"To use a Redis you run for the tests that can share one, set " + EnvAddr + "=127.0.0.1:6379")
 
@@ -193,7 +193,7 @@ func startServer(dir string, extra []string) (*Server, error) {
 			return s, err
 		}
 	}
-	return nil, errors.New("testredis: no free loopback port after 10 tries")
+	return nil, errors.New("redistest: no free loopback port after 10 tries")
 }
 
 // launch starts the process and waits until it answers; s.mu is held.
@@ -211,7 +211,7 @@ func (s *Server) launch() error {
 	cmd.Stdout, cmd.Stderr = &lockedWriter{w: &out}, &lockedWriter{w: &out}
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("testredis: starting redis-server: %w", err)
+		return fmt.Errorf("redistest: starting redis-server: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -233,14 +233,14 @@ func (s *Server) launch() error {
 			if strings.Contains(log, "Address already in use") {
 				return errPortTaken
 			}
-			return fmt.Errorf("testredis: redis-server %s exited at start:\n%s%s", strings.Join(args, " "), out.String(), tail(log))
+			return fmt.Errorf("redistest: redis-server %s exited at start:\n%s%s", strings.Join(args, " "), out.String(), tail(log))
 		default:
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-exited
 			s.proc = nil
-			return fmt.Errorf("testredis: redis-server on %s did not answer within %v: %v\n%s", s.Addr(), startTimeout, err, tail(s.Log()))
+			return fmt.Errorf("redistest: redis-server on %s did not answer within %v: %v\n%s", s.Addr(), startTimeout, err, tail(s.Log()))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -265,7 +265,7 @@ func freePort() (int, error) {
 		l2.Close()
 		return port, nil
 	}
-	return 0, errors.New("testredis: no free loopback port found")
+	return 0, errors.New("redistest: no free loopback port found")
 }
 
 // tail returns the last lines of a log, for an error message.

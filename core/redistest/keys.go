@@ -1,4 +1,4 @@
-package testredis
+package redistest
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func Keys(addr, prefix string) ([]string, error) {
 // An empty prefix is refused: it would empty the database.
 func DeleteKeys(addr, prefix string) (int, error) {
 	if prefix == "" {
-		return 0, fmt.Errorf("testredis: DeleteKeys with an empty prefix would delete every key")
+		return 0, fmt.Errorf("redistest: DeleteKeys with an empty prefix would delete every key")
 	}
 	deleted := 0
 	err := scan(addr, prefix, func(c *respConn, batch []string) error {
@@ -46,18 +46,18 @@ func DeleteKeys(addr, prefix string) (int, error) {
 func scan(addr, prefix string, found func(c *respConn, batch []string) error) error {
 	c, err := dialRESP(addr, keysTimeout)
 	if err != nil {
-		return fmt.Errorf("testredis: %w", err)
+		return fmt.Errorf("redistest: %w", err)
 	}
 	defer c.Close()
 	cursor := "0"
 	for {
 		reply, err := c.do("SCAN", cursor, "MATCH", globEscape(prefix)+"*", "COUNT", "1000")
 		if err != nil {
-			return fmt.Errorf("testredis: SCAN on %s: %w", addr, err)
+			return fmt.Errorf("redistest: SCAN on %s: %w", addr, err)
 		}
 		r, ok := reply.([]any)
 		if !ok || len(r) != 2 {
-			return fmt.Errorf("testredis: SCAN on %s: unexpected reply %v", addr, reply)
+			return fmt.Errorf("redistest: SCAN on %s: unexpected reply %v", addr, reply)
 		}
 		cursor, _ = r[0].(string)
 		items, _ := r[1].([]any)
@@ -69,7 +69,7 @@ func scan(addr, prefix string, found func(c *respConn, batch []string) error) er
 		}
 		if len(batch) > 0 {
 			if err := found(c, batch); err != nil {
-				return fmt.Errorf("testredis: on %s: %w", addr, err)
+				return fmt.Errorf("redistest: on %s: %w", addr, err)
 			}
 		}
 		if cursor == "0" || cursor == "" {

@@ -1,13 +1,13 @@
 //go:build !unix
 
-package testredis
+package redistest
 
 import (
 	"errors"
 	"os"
 )
 
-var errNoPause = errors.New("testredis: pausing a process needs SIGSTOP (Unix only)")
+var errNoPause = errors.New("redistest: pausing a process needs SIGSTOP (Unix only)")
 
 func pause(*os.Process) error  { return errNoPause }
 func resume(*os.Process) error { return errNoPause }

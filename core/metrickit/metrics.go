@@ -1,4 +1,4 @@
-package tally
+package metrickit
 
 // A Kind says what sort of instrument a Metric is.
 type Kind uint8

@@ -1,4 +1,4 @@
-package testredis
+package redistest
 
 import (
 	"crypto/rand"
@@ -51,7 +51,7 @@ func runID() string {
 // shared server (by its PID) and removes its directory, and returns the
 // exit code for os.Exit:
 //
-//	func TestMain(m *testing.M) { os.Exit(testredis.Run(m)) }
+//	func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
 //
 // Before it stops the server it checks that the tests left nothing behind.
 // Keys under this run's prefixes that survived their test (a write that
@@ -69,14 +69,14 @@ func Run(m *testing.M) int {
 		return code
 	}
 	if late, err := Keys(shared.addr, root); err == nil && len(late) > 0 {
-		fmt.Fprintf(os.Stderr, "testredis: deleting %d keys that outlived their test, such as %s\n", len(late), late[0])
+		fmt.Fprintf(os.Stderr, "redistest: deleting %d keys that outlived their test, such as %s\n", len(late), late[0])
 	}
 	if _, err := DeleteKeys(shared.addr, root); err != nil {
-		fmt.Fprintf(os.Stderr, "testredis: cleaning up %s: %v\n", shared.addr, err)
+		fmt.Fprintf(os.Stderr, "redistest: cleaning up %s: %v\n", shared.addr, err)
 	}
 	if shared.server != nil {
 		if left := leftovers(shared.addr); left != "" {
-			fmt.Fprintf(os.Stderr, "testredis: keys written outside testredis.Prefix would stay in a shared Redis:\n%s\n", left)
+			fmt.Fprintf(os.Stderr, "redistest: keys written outside redistest.Prefix would stay in a shared Redis:\n%s\n", left)
 			if code == 0 {
 				code = 1
 			}
@@ -125,7 +125,7 @@ func leftovers(addr string) string {
 func Shared(tb testing.TB) string {
 	tb.Helper()
 	if !running.Load() {
-		tb.Fatal("testredis.Shared needs the package's TestMain to call testredis.Run:\n\tfunc TestMain(m *testing.M) { os.Exit(testredis.Run(m)) }")
+		tb.Fatal("redistest.Shared needs the package's TestMain to call redistest.Run:\n\tfunc TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }")
 	}
 	addr, err := SharedAddr()
 	if err != nil {
@@ -147,11 +147,11 @@ func SharedAddr() (string, error) {
 	if addr := os.Getenv(EnvAddr); addr != "" {
 		shared.addr = addr
 		if err := ping(addr, 5*time.Second); err != nil {
-			shared.err = fmt.Errorf("testredis: %s=%s does not answer PING: %w", EnvAddr, addr, err)
+			shared.err = fmt.Errorf("redistest: %s=%s does not answer PING: %w", EnvAddr, addr, err)
 		}
 		return shared.addr, shared.err
 	}
-	dir, err := os.MkdirTemp("", "testredis-")
+	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		shared.err = err
 		return "", err
@@ -194,7 +194,7 @@ func Prefix(tb testing.TB) string {
 			return // nothing was written to it
 		}
 		if _, err := DeleteKeys(addr, p); err != nil {
-			tb.Errorf("testredis: deleting the keys under %q: %v", p, err)
+			tb.Errorf("redistest: deleting the keys under %q: %v", p, err)
 		}
 	})
 	return p

@@ -1,4 +1,4 @@
-package tally_test
+package metrickit_test
 
 import (
 	"context"
@@ -11,59 +11,59 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/metrickit"
+	"github.com/tollgate-go/tollgate/core/metrickit/metrictest"
 	"github.com/tollgate-go/tollgate/core/storekit"
-	"github.com/tollgate-go/tollgate/internal/tally"
-	"github.com/tollgate-go/tollgate/internal/tally/tallytest"
 )
 
 // observer makes a Tally an Observer, as each exporter does.
-type observer struct{ *tally.Tally }
+type observer struct{ *metrickit.Tally }
 
 func (o observer) Observe(_ context.Context, d *tollgate.Decision) { o.Tally.Observe(d) }
 
 func (o observer) ReportSlots(l *tollgate.Limiter) { o.Tally.AddLimiter(l) }
 
-func newTally(t *testing.T, histograms bool, opts ...func(*tally.Options)) *tally.Tally {
+func newTally(t *testing.T, histograms bool, opts ...func(*metrickit.Options)) *metrickit.Tally {
 	t.Helper()
-	o := tally.NewOptions("test")
+	o := metrickit.NewOptions("test")
 	for _, f := range opts {
 		f(&o)
 	}
-	tl, err := tally.New(o, histograms)
+	tl, err := metrickit.New(o, histograms)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tl
 }
 
-func limit(n int) func(*tally.Options) { return func(o *tally.Options) { o.Limit = n } }
+func limit(n int) func(*metrickit.Options) { return func(o *metrickit.Options) { o.Limit = n } }
 
 // collect flattens what tl exports into samples named as OpenTelemetry
 // names them.
-func collect(tl *tally.Tally) map[string]float64 {
+func collect(tl *metrickit.Tally) map[string]float64 {
 	out := map[string]float64{}
-	tl.Collect(func(m *tally.Metric, v uint64, labels ...string) {
-		out[tallytest.Key(m.Name, m.Labels, labels)] = float64(v)
+	tl.Collect(func(m *metrickit.Metric, v uint64, labels ...string) {
+		out[metrictest.Key(m.Name, m.Labels, labels)] = float64(v)
 	})
-	for m, s := range map[*tally.Metric]tally.Snapshot{tally.StoreLatency: tl.Latency(), tally.Delay: tl.Delay()} {
+	for m, s := range map[*metrickit.Metric]metrickit.Snapshot{metrickit.StoreLatency: tl.Latency(), metrickit.Delay: tl.Delay()} {
 		out[m.Name+"_count{}"] = float64(s.Count)
 		out[m.Name+"_sum{}"] = s.Sum
 		for i, b := range s.Bounds {
-			out[tallytest.Key(m.Name+"_bucket", nil, nil, fmt.Sprintf("le=%q", fmt.Sprint(b)))] = float64(s.Cumulative[i])
+			out[metrictest.Key(m.Name+"_bucket", nil, nil, fmt.Sprintf("le=%q", fmt.Sprint(b)))] = float64(s.Cumulative[i])
 		}
 	}
 	return out
 }
 
-func name(m *tally.Metric) string { return m.Name }
+func name(m *metrickit.Metric) string { return m.Name }
 
 func TestKnownMix(t *testing.T) {
 	tl := newTally(t, true)
-	tallytest.RunMix(t, observer{tl})
+	metrictest.RunMix(t, observer{tl})
 	got := collect(tl)
-	tallytest.Expect(t, got, name, tallytest.Mix)
-	if n := tallytest.Sum(got, tally.Decisions.Name); n != tallytest.MixDecisions {
-		t.Fatalf("%v decisions counted, want %d", n, tallytest.MixDecisions)
+	metrictest.Expect(t, got, name, metrictest.Mix)
+	if n := metrictest.Sum(got, metrickit.Decisions.Name); n != metrictest.MixDecisions {
+		t.Fatalf("%v decisions counted, want %d", n, metrictest.MixDecisions)
 	}
 }
 
@@ -71,11 +71,11 @@ func TestLatencyBounds(t *testing.T) {
 	us := time.Microsecond
 	ms := time.Millisecond
 	want := []time.Duration{25 * us, 50 * us, 100 * us, 250 * us, 500 * us, ms, 2500 * us, 5 * ms, 10 * ms, 25 * ms, 50 * ms, 100 * ms}
-	if got := tally.LatencyBounds(50 * ms); !slices.Equal(got, want) {
+	if got := metrickit.LatencyBounds(50 * ms); !slices.Equal(got, want) {
 		t.Errorf("LatencyBounds(50ms) = %v, want %v", got, want)
 	}
 	// A tiny timeout: bounds stay increasing.
-	got := tally.LatencyBounds(3 * time.Nanosecond)
+	got := metrickit.LatencyBounds(3 * time.Nanosecond)
 	for i := 1; i < len(got); i++ {
 		if got[i] <= got[i-1] {
 			t.Fatalf("LatencyBounds(3ns) = %v, not increasing", got)
@@ -86,14 +86,14 @@ func TestLatencyBounds(t *testing.T) {
 // Store latencies are counted in the series, beside the decisions, and
 // their buckets follow the store timeout.
 func TestLatency(t *testing.T) {
-	tl := newTally(t, true, func(o *tally.Options) { o.StoreTimeout = 200 * time.Millisecond })
-	for _, e := range []tally.Event{
-		{Labels: tally.Labels{Plan: "a"}, Outcome: "allowed", Latency: 20 * time.Microsecond},
-		{Labels: tally.Labels{Plan: "a"}, Outcome: "denied", Latency: 120 * time.Millisecond},
-		{Labels: tally.Labels{Plan: "b"}, Outcome: "failed_open", Latency: time.Second, Failure: "timeout"},
-		{Labels: tally.Labels{Plan: "b"}, Outcome: "failed_open", Failure: "resolver"}, // no store call
-		{Labels: tally.Labels{Plan: "b"}, Outcome: "rejected", Failure: "invalid"},     // no store call
-		{Labels: tally.Labels{Plan: "b"}, Outcome: "allowed"},                          // an in-process store
+	tl := newTally(t, true, func(o *metrickit.Options) { o.StoreTimeout = 200 * time.Millisecond })
+	for _, e := range []metrickit.Event{
+		{Labels: metrickit.Labels{Plan: "a"}, Outcome: "allowed", Latency: 20 * time.Microsecond},
+		{Labels: metrickit.Labels{Plan: "a"}, Outcome: "denied", Latency: 120 * time.Millisecond},
+		{Labels: metrickit.Labels{Plan: "b"}, Outcome: "failed_open", Latency: time.Second, Failure: "timeout"},
+		{Labels: metrickit.Labels{Plan: "b"}, Outcome: "failed_open", Failure: "resolver"}, // no store call
+		{Labels: metrickit.Labels{Plan: "b"}, Outcome: "rejected", Failure: "invalid"},     // no store call
+		{Labels: metrickit.Labels{Plan: "b"}, Outcome: "allowed"},                          // an in-process store
 	} {
 		tl.Count(e)
 	}
@@ -105,7 +105,7 @@ func TestLatency(t *testing.T) {
 		t.Errorf("latency %+v", s)
 	}
 	got := collect(tl)
-	if n := tallytest.Sum(got, tally.Decisions.Name); n != 6 {
+	if n := metrictest.Sum(got, metrickit.Decisions.Name); n != 6 {
 		t.Errorf("%v decisions, want 6", n)
 	}
 	if got[`tollgate.resolver.errors{}`] != 1 || got[`tollgate.store.errors{kind="timeout"}`] != 1 || got[`tollgate.store.errors{kind="invalid"}`] != 0 {
@@ -117,36 +117,36 @@ func TestCardinalityLimit(t *testing.T) {
 	tl := newTally(t, false, limit(8))
 	// Raw paths as routes, the mistake the limit guards against.
 	for i := range 100 {
-		tl.Count(tally.Event{Labels: tally.Labels{Plan: "free", Policy: "free", Route: fmt.Sprint("/users/", i)}, Outcome: "allowed", Cost: 1})
+		tl.Count(metrickit.Event{Labels: metrickit.Labels{Plan: "free", Policy: "free", Route: fmt.Sprint("/users/", i)}, Outcome: "allowed", Cost: 1})
 	}
 	got := collect(tl)
 	if sets := labelSets(got); len(sets) != 8+1 {
 		t.Fatalf("%d label sets, want the 8 first and route other: %v", len(sets), sets)
 	}
-	want := func(plan, route, outcome string, n float64) tallytest.Sample {
-		return tallytest.Sample{Metric: tally.Decisions, Labels: []string{plan, plan, route, outcome}, Value: n}
+	want := func(plan, route, outcome string, n float64) metrictest.Sample {
+		return metrictest.Sample{Metric: metrickit.Decisions, Labels: []string{plan, plan, route, outcome}, Value: n}
 	}
-	tallytest.Expect(t, got, name, []tallytest.Sample{
+	metrictest.Expect(t, got, name, []metrictest.Sample{
 		want("free", "/users/0", "allowed", 1),
 		want("free", "/users/7", "allowed", 1),
 		want("free", "other", "allowed", 92),
-		{Metric: tally.Tokens, Labels: []string{"free", "other"}, Value: 92},
-		{Metric: tally.LabelOverflow, Value: 92},
+		{Metric: metrickit.Tokens, Labels: []string{"free", "other"}, Value: 92},
+		{Metric: metrickit.LabelOverflow, Value: 92},
 	})
 	// Plans made per tenant: past the limit and a quarter (10 label
 	// sets), every label is other.
 	for i := range 100 {
 		plan := fmt.Sprint("custom-", i)
-		tl.Count(tally.Event{Labels: tally.Labels{Plan: plan, Policy: plan, Route: "/x"}, Outcome: "denied", Cost: 1})
+		tl.Count(metrickit.Event{Labels: metrickit.Labels{Plan: plan, Policy: plan, Route: "/x"}, Outcome: "denied", Cost: 1})
 	}
 	got = collect(tl)
 	if sets := labelSets(got); len(sets) != 8+1+1+1 {
 		t.Fatalf("%d label sets, want 11: 8, free with route other, custom-0 with route other, and all other: %v", len(sets), sets)
 	}
-	tallytest.Expect(t, got, name, []tallytest.Sample{
+	metrictest.Expect(t, got, name, []metrictest.Sample{
 		want("custom-0", "other", "denied", 1),
 		want("other", "other", "denied", 99),
-		{Metric: tally.LabelOverflow, Value: 192},
+		{Metric: metrickit.LabelOverflow, Value: 192},
 	})
 }
 
@@ -154,7 +154,7 @@ func TestCardinalityLimit(t *testing.T) {
 func labelSets(got map[string]float64) map[string]bool {
 	sets := map[string]bool{}
 	for k := range got {
-		if rest, ok := strings.CutPrefix(k, tally.Decisions.Name+"{"); ok {
+		if rest, ok := strings.CutPrefix(k, metrickit.Decisions.Name+"{"); ok {
 			sets[rest[strings.Index(rest, ",")+1:]] = true
 		}
 	}
@@ -164,27 +164,27 @@ func labelSets(got map[string]float64) map[string]bool {
 func TestHostileLabels(t *testing.T) {
 	tl := newTally(t, false)
 	long := "/" + strings.Repeat("a", 300)
-	for _, e := range []tally.Event{
-		{Labels: tally.Labels{Plan: "free", Policy: "free", Route: long + "1"}, Outcome: "allowed"},
-		{Labels: tally.Labels{Plan: "free", Policy: "free", Route: long + "2"}, Outcome: "allowed"}, // the same label once cut
-		{Labels: tally.Labels{Plan: "free", Policy: "free", Route: "/\xff\xfe"}, Outcome: "allowed"},
-		{Labels: tally.Labels{Plan: "free", Policy: "free", Route: "/\xfe"}, Outcome: "allowed"}, // the same once made valid
-		{Labels: tally.Labels{Plan: "free\x00"}, Outcome: "dithered"},                            // an outcome from a newer core
-		{Labels: tally.Labels{Plan: "free"}, Outcome: "failed_open", Failure: "\xff"},
+	for _, e := range []metrickit.Event{
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free", Route: long + "1"}, Outcome: "allowed"},
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free", Route: long + "2"}, Outcome: "allowed"}, // the same label once cut
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free", Route: "/\xff\xfe"}, Outcome: "allowed"},
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free", Route: "/\xfe"}, Outcome: "allowed"}, // the same once made valid
+		{Labels: metrickit.Labels{Plan: "free\x00"}, Outcome: "dithered"},                            // an outcome from a newer core
+		{Labels: metrickit.Labels{Plan: "free"}, Outcome: "failed_open", Failure: "\xff"},
 	} {
 		tl.Count(e)
 	}
 	got := collect(tl)
-	decisions := func(plan, policy, route, outcome string, n float64) tallytest.Sample {
-		return tallytest.Sample{Metric: tally.Decisions, Labels: []string{plan, policy, route, outcome}, Value: n}
+	decisions := func(plan, policy, route, outcome string, n float64) metrictest.Sample {
+		return metrictest.Sample{Metric: metrickit.Decisions, Labels: []string{plan, policy, route, outcome}, Value: n}
 	}
-	tallytest.Expect(t, got, name, []tallytest.Sample{
-		decisions("free", "free", long[:tally.MaxLabelLength], "allowed", 2),
+	metrictest.Expect(t, got, name, []metrictest.Sample{
+		decisions("free", "free", long[:metrickit.MaxLabelLength], "allowed", 2),
 		decisions("free", "free", "/\uFFFD", "allowed", 2),
 		decisions("free\x00", "", "", "unknown", 1),
-		{Metric: tally.StoreErrors, Labels: []string{"\uFFFD"}, Value: 1},
+		{Metric: metrickit.StoreErrors, Labels: []string{"\uFFFD"}, Value: 1},
 	})
-	if _, ok := got[tallytest.Key(tally.Decisions.Name, tally.Decisions.Labels, []string{"free", "free", "/\uFFFD", "unknown"})]; ok {
+	if _, ok := got[metrictest.Key(metrickit.Decisions.Name, metrickit.Decisions.Labels, []string{"free", "free", "/\uFFFD", "unknown"})]; ok {
 		t.Error("an unknown outcome is exported for a series that has none")
 	}
 }
@@ -192,11 +192,11 @@ func TestHostileLabels(t *testing.T) {
 func TestLabelValuesAreCutAtARune(t *testing.T) {
 	tl := newTally(t, false)
 	for _, route := range []string{strings.Repeat("é", 200), "a" + strings.Repeat("é", 200)} {
-		tl.Count(tally.Event{Labels: tally.Labels{Route: route}, Outcome: "allowed"})
+		tl.Count(metrickit.Event{Labels: metrickit.Labels{Route: route}, Outcome: "allowed"})
 	}
 	got := collect(tl)
 	for _, route := range []string{strings.Repeat("é", 128), "a" + strings.Repeat("é", 127)} {
-		if got[tallytest.Key(tally.Decisions.Name, tally.Decisions.Labels, []string{"", "", route, "allowed"})] != 1 {
+		if got[metrictest.Key(metrickit.Decisions.Name, metrickit.Decisions.Labels, []string{"", "", route, "allowed"})] != 1 {
 			t.Errorf("no series for the route cut to %d bytes", len(route))
 		}
 	}
@@ -205,12 +205,12 @@ func TestLabelValuesAreCutAtARune(t *testing.T) {
 func TestStoreErrorKindsAreBounded(t *testing.T) {
 	tl := newTally(t, false)
 	for i := range 40 {
-		tl.Count(tally.Event{Labels: tally.Labels{Plan: "free"}, Outcome: "failed_open", Failure: fmt.Sprint("kind-", i)})
+		tl.Count(metrickit.Event{Labels: metrickit.Labels{Plan: "free"}, Outcome: "failed_open", Failure: fmt.Sprint("kind-", i)})
 	}
 	got := collect(tl)
 	kinds := 0
 	for k := range got {
-		if strings.HasPrefix(k, tally.StoreErrors.Name+"{") {
+		if strings.HasPrefix(k, metrickit.StoreErrors.Name+"{") {
 			kinds++
 		}
 	}
@@ -224,10 +224,10 @@ func TestStoreErrorKindsAreBounded(t *testing.T) {
 func TestCountsSaturate(t *testing.T) {
 	tl := newTally(t, true)
 	for range 20_000 {
-		tl.Count(tally.Event{Labels: tally.Labels{Plan: "big"}, Outcome: "allowed", Cost: 999_999_999_999_999})
+		tl.Count(metrickit.Event{Labels: metrickit.Labels{Plan: "big"}, Outcome: "allowed", Cost: 999_999_999_999_999})
 	}
 	for range 8 {
-		tl.Count(tally.Event{Labels: tally.Labels{Plan: "big"}, Outcome: "delayed", Cost: 1, Delay: 100 * 365 * 24 * time.Hour})
+		tl.Count(metrickit.Event{Labels: metrickit.Labels{Plan: "big"}, Outcome: "delayed", Cost: 1, Delay: 100 * 365 * 24 * time.Hour})
 	}
 	got := collect(tl)
 	if n := got[`tollgate.tokens.spent{plan="big",route=""}`]; n != math.MaxUint64 {
@@ -245,27 +245,27 @@ func TestConcurrentInserts(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for i := range 500 {
-				tl.Count(tally.Event{Labels: tally.Labels{Plan: "p", Route: fmt.Sprint("/", i%300)}, Outcome: "allowed", Cost: 2})
+				tl.Count(metrickit.Event{Labels: metrickit.Labels{Plan: "p", Route: fmt.Sprint("/", i%300)}, Outcome: "allowed", Cost: 2})
 			}
 		})
 	}
 	wg.Wait()
 	got := collect(tl)
-	sets, total, tokens := len(labelSets(got)), tallytest.Sum(got, tally.Decisions.Name), tallytest.Sum(got, tally.Tokens.Name)
+	sets, total, tokens := len(labelSets(got)), metrictest.Sum(got, metrickit.Decisions.Name), metrictest.Sum(got, metrickit.Tokens.Name)
 	if sets != 300 || total != 2000 || tokens != 4000 {
 		t.Fatalf("%d sets, %v decisions, %v tokens", sets, total, tokens)
 	}
 }
 
 func TestStoreStatistics(t *testing.T) {
-	main, fallback, want := tallytest.StatsStores()
-	tl := newTally(t, false, func(o *tally.Options) {
+	main, fallback, want := metrictest.StatsStores()
+	tl := newTally(t, false, func(o *metrickit.Options) {
 		o.AddStore("WithStore", "main", main)
 		o.AddStore("WithFallbackStore", "fallback", fallback)
-		o.AddStore("WithOther", "quiet", tallytest.Quiet{Store: main}) // keeps no statistics: adds nothing
+		o.AddStore("WithOther", "quiet", metrictest.Quiet{Store: main}) // keeps no statistics: adds nothing
 	})
 	got := collect(tl)
-	tallytest.Expect(t, got, name, want)
+	metrictest.Expect(t, got, name, want)
 	stores := 0
 	for k := range got {
 		if strings.Contains(k, `store="`) {
@@ -283,14 +283,14 @@ func TestStoreStatistics(t *testing.T) {
 }
 
 func TestOptionMistakes(t *testing.T) {
-	o := tally.NewOptions("pkg")
+	o := metrickit.NewOptions("pkg")
 	o.Limit = 0
 	o.StoreTimeout = -time.Second
 	o.AddStore("WithStore", "main", nil)
-	s := tallytest.NewStore()
+	s := metrictest.NewStore()
 	o.AddStore("WithFallbackStore", "fallback", s)
 	o.AddStore("WithFallbackStore", "fallback", s)
-	_, err := tally.New(o, false)
+	_, err := metrickit.New(o, false)
 	for _, want := range []string{"pkg: WithCardinalityLimit", "pkg: WithStoreTimeout", "pkg: WithStore: the store is nil", "pkg: WithFallbackStore: the fallback store is given twice"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v lacks %q", err, want)
@@ -300,9 +300,9 @@ func TestOptionMistakes(t *testing.T) {
 
 func TestConcurrentDecisionsAndCollections(t *testing.T) {
 	tl := newTally(t, true, limit(8))
-	made, unresolved := tallytest.Concurrently(t, observer{tl}, func() { collect(tl) })
+	made, unresolved := metrictest.Concurrently(t, observer{tl}, func() { collect(tl) })
 	got := collect(tl)
-	if n := tallytest.Sum(got, tally.Decisions.Name); n != float64(made) || got["tollgate.store.latency_count{}"] != float64(made-unresolved) {
+	if n := metrictest.Sum(got, metrickit.Decisions.Name); n != float64(made) || got["tollgate.store.latency_count{}"] != float64(made-unresolved) {
 		t.Fatalf("%v decisions, %v latencies; want %d and %d", n, got["tollgate.store.latency_count{}"], made, made-unresolved)
 	}
 	if sets := labelSets(got); len(sets) > 8+2+1 {
@@ -316,17 +316,17 @@ func TestConcurrentDecisionsAndCollections(t *testing.T) {
 // 0 rather than vanishing.
 func TestRefusalsAndSlots(t *testing.T) {
 	tl := newTally(t, false)
-	for _, e := range []tally.Event{
-		{Labels: tally.Labels{Plan: "free", Policy: "free-inflight", Route: "/a"}, Outcome: "denied", Kind: "in-flight"},
-		{Labels: tally.Labels{Plan: "free", Policy: "free-inflight", Route: "/b"}, Outcome: "denied", Kind: "in-flight"},
-		{Labels: tally.Labels{Plan: "free", Policy: "free-inflight", Route: "/b"}, Outcome: "allowed", Kind: "in-flight"},
-		{Labels: tally.Labels{Plan: "free", Policy: "free", Route: "/b"}, Outcome: "denied", Kind: "bucket"},
-		{Labels: tally.Labels{Plan: "free", Policy: "free-daily", Route: "/b"}, Outcome: "shadow_denied", Kind: "quota"},
-		{Labels: tally.Labels{Plan: "pro", Policy: "pro", Route: "/b"}, Outcome: "denied", Kind: "a kind of a newer core"},
+	for _, e := range []metrickit.Event{
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free-inflight", Route: "/a"}, Outcome: "denied", Kind: "in-flight"},
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free-inflight", Route: "/b"}, Outcome: "denied", Kind: "in-flight"},
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free-inflight", Route: "/b"}, Outcome: "allowed", Kind: "in-flight"},
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free", Route: "/b"}, Outcome: "denied", Kind: "bucket"},
+		{Labels: metrickit.Labels{Plan: "free", Policy: "free-daily", Route: "/b"}, Outcome: "shadow_denied", Kind: "quota"},
+		{Labels: metrickit.Labels{Plan: "pro", Policy: "pro", Route: "/b"}, Outcome: "denied", Kind: "a kind of a newer core"},
 	} {
 		tl.Count(e)
 	}
-	l := tallytest.NewLimiter(t, tallytest.NewStore())
+	l := metrictest.NewLimiter(t, metrictest.NewStore())
 	tl.AddLimiter(l)
 	tl.AddLimiter(l) // once is enough
 	ctx := context.Background()
@@ -335,9 +335,9 @@ func TestRefusalsAndSlots(t *testing.T) {
 		t.Fatalf("%+v, %v", d, err)
 	}
 	refusals := func(plan, kind string) string {
-		return tallytest.Key(tally.Refusals.Name, tally.Refusals.Labels, []string{plan, kind})
+		return metrictest.Key(metrickit.Refusals.Name, metrickit.Refusals.Labels, []string{plan, kind})
 	}
-	slots := tallytest.Key(tally.InFlightSlots.Name, tally.InFlightSlots.Labels, []string{"flight"})
+	slots := metrictest.Key(metrickit.InFlightSlots.Name, metrickit.InFlightSlots.Labels, []string{"flight"})
 	want := map[string]float64{
 		refusals("free", "in-flight"): 2,
 		refusals("free", "bucket"):    1,
@@ -350,7 +350,7 @@ func TestRefusalsAndSlots(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
-	if n := tallytest.Sum(got, tally.Refusals.Name); n != 4 {
+	if n := metrictest.Sum(got, metrickit.Refusals.Name); n != 4 {
 		t.Errorf("%v refusals, want 4: shadow denials and allowed requests are none", n)
 	}
 	if err := l.Release(ctx, &d); err != nil {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package testredis
+package redistest
 
 import (
 	"errors"

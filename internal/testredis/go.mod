@@ -1,3 +1,0 @@
-module github.com/tollgate-go/tollgate/internal/testredis
-
-go 1.25
