@@ -89,7 +89,13 @@ func runMain(m *testing.M) int {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			bin, b := buildAlone(app, modules)
+			build := buildAlone
+			if testing.Short() {
+				// The copies take a minute to build from nothing;
+				// make check builds them.
+				build = buildInWorkspace
+			}
+			bin, b := build(app, modules)
 			mu.Lock()
 			defer mu.Unlock()
 			builds[app] = b
@@ -225,6 +231,21 @@ func buildAlone(app string, modules map[string]module) (string, *build) {
 	return bin, b
 }
 
+// buildInWorkspace builds app in the workspace, as go run ./examples/app
+// does, for the tests that run it; buildAlone checks more.
+func buildInWorkspace(app string, _ map[string]module) (string, *build) {
+	began := time.Now()
+	bin := filepath.Join(workDir, app)
+	cmd := exec.Command("go", "build", "-o", bin, "./examples/"+app)
+	cmd.Dir = root
+	b := &build{}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.err = fmt.Errorf("go build ./examples/%s: %v\n%s", app, err, out)
+	}
+	b.took = time.Since(began)
+	return bin, b
+}
+
 // moduleOf returns the workspace module that holds the package path, or "".
 func moduleOf(path string, modules map[string]module) string {
 	best := ""
@@ -240,6 +261,9 @@ func moduleOf(path string, modules map[string]module) string {
 // alone into a module of its own (TestMain builds them so, and the other
 // tests run those binaries).
 func TestExamplesBuildAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the copies are built by make check")
+	}
 	for _, app := range apps {
 		b := builds[app]
 		if b.err != nil {
