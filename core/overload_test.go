@@ -183,6 +183,9 @@ func TestResolverThatNeverReturns(t *testing.T) {
 // with a time zone) costs at most 5 MB of heap over 100,000 decisions, with
 // and without a CachingResolver.
 func TestTimeZonesLoadedPerCallDoNotLeak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200,000 decisions: make check runs it")
+	}
 	if _, err := time.LoadLocation("America/New_York"); err != nil {
 		t.Skipf("no time zone database: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 // model comparison over many tenants (so over every node), four Stores on
 // one tenant without overshoot, and keys whose slot is their tag's.
 func TestCluster(t *testing.T) {
+	long(t)
 	nodes := redistest.StartCluster(t, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
 	t.Cleanup(func() { client.Close() })
@@ -102,6 +103,7 @@ func TestCluster(t *testing.T) {
 // TestClusterSlotMoved: a slot moves to another node; the Store's first
 // call to it fails ("moved") and the next ones go to the new node.
 func TestClusterSlotMoved(t *testing.T) {
+	long(t)
 	nodes := redistest.StartCluster(t, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
 	t.Cleanup(func() { client.Close() })

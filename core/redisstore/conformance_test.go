@@ -59,6 +59,7 @@ func TestConformance(t *testing.T) {
 // Stores that share one Redis, each with a client of its own, as replicas
 // of a service do, and its checks of Limiter.Wait on Redis's own clock.
 func TestConformanceReplicas(t *testing.T) {
+	long(t)
 	addr := redistest.Shared(t)
 	prefix := redistest.Prefix(t)
 	replicas := func(opts ...redisstore.Option) []tollgate.Store {
@@ -85,6 +86,7 @@ func TestConformanceReplicas(t *testing.T) {
 // through the checked script, on a single server and on a Redis Cluster of
 // three masters.
 func TestDeclaredKeys(t *testing.T) {
+	long(t)
 	for name, client := range map[string]redis.UniversalClient{"single": sharedClient(t), "cluster": startCluster(t)} {
 		t.Run(name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, clock *storetest.Clock) tollgate.Store {

@@ -130,6 +130,7 @@ func (s summary) String() string {
 // once from then on: the median decision over 4 s takes at most 2 ms. When
 // Redis answers again, a probe closes the breaker.
 func TestFaultSilentRedis(t *testing.T) {
+	long(t)
 	for _, rate := range []int{100, 500} {
 		t.Run(strconv.Itoa(rate)+"/s", func(t *testing.T) {
 			eachClientSetting(t, func(t *testing.T, ctxTimeout bool) {
@@ -167,6 +168,7 @@ func TestFaultSilentRedis(t *testing.T) {
 // the first second as over the whole run, while the connections are dialled
 // and the script loaded.
 func TestFaultSlowRedis(t *testing.T) {
+	long(t)
 	eachClientSetting(t, func(t *testing.T, ctxTimeout bool) {
 		srv := redistest.Start(t)
 		proxy := redistest.NewProxy(t, srv.Addr())
@@ -198,6 +200,7 @@ func TestFaultSlowRedis(t *testing.T) {
 // degrades while it is down, the breaker answers most of them at once, and
 // within a second of the restart decisions are made by Redis again.
 func TestFaultRedisRestart(t *testing.T) {
+	long(t)
 	eachClientSetting(t, func(t *testing.T, ctxTimeout bool) {
 		l, _, s, srv := faultLimiter(t, ctxTimeout)
 		openLoad(l, 200, 200*time.Millisecond, nil)
@@ -235,6 +238,7 @@ func TestFaultRedisRestart(t *testing.T) {
 // decision degrades or fails, and no more are allowed than the bucket
 // holds: burst + rate x elapsed + 1.
 func TestFaultCPUSaturated(t *testing.T) {
+	long(t)
 	for _, caching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("caching=%v", caching), func(t *testing.T) {
 			client := sharedClient(t)
@@ -319,6 +323,7 @@ func saturate() (stop func()) {
 // quiet machine, 3 s, one tenant at 100/s, burst 50: no errors, and no
 // more allowed than the bucket holds.
 func TestFaultFourStores(t *testing.T) {
+	long(t)
 	client := sharedClient(t)
 	prefix := redistest.Prefix(t)
 	var stores []*redisstore.Store

@@ -65,3 +65,12 @@ func do(t testing.TB, s *redisstore.Store, op *storekit.Op) {
 		t.Fatalf("%v of %q: %v", op.Kind, op.Tenant, err)
 	}
 }
+
+// long skips a scenario that takes seconds under -short: make test runs
+// the quick tests, make check (CI) every one.
+func long(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a long scenario: make check runs it")
+	}
+}

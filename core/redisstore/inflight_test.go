@@ -48,6 +48,7 @@ func replicaStores(t *testing.T, opts ...redisstore.Option) []tollgate.Store {
 // them granted, some cancelled at any moment or panicking: never more than
 // 5 run at once, and no slot is left taken.
 func TestInFlightReplicas(t *testing.T) {
+	long(t)
 	clock := storetest.NewClock()
 	stores := replicaStores(t, redisstore.WithTestClock(clock.Now), redisstore.WithTimeout(patientTimeout))
 	storetest.RunInFlight(t, stores, clock, 20_000)

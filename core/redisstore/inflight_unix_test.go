@@ -26,6 +26,7 @@ const holderEnv = "TOLLGATE_TEST_SLOT_HOLDER"
 // Limiter renews them), leaves them taken until their leases end: another
 // replica gets them back within the lease of 10 s.
 func TestKilledReplicaFreesSlots(t *testing.T) {
+	long(t)
 	if addr := os.Getenv(holderEnv); addr != "" {
 		holdSlots(t, addr)
 		return

@@ -42,6 +42,7 @@ func replica(t *testing.T, prefix string) *tollgate.Limiter {
 // replica holds on another within 100 ms, median and worst of 100 tries,
 // and on a replica started later from its first request.
 func TestOverridesReachEveryReplica(t *testing.T) {
+	long(t)
 	prefix := redistest.Prefix(t)
 	ls := []*tollgate.Limiter{replica(t, prefix), replica(t, prefix)}
 	a, b := ls[0], ls[1]
@@ -108,6 +109,7 @@ func TestOverridesReachEveryReplica(t *testing.T) {
 // TestOverrideExpiresOnEveryReplica: an override with a 2 s expiry ends
 // between 2.0 and 3.0 s after it was set, on every replica.
 func TestOverrideExpiresOnEveryReplica(t *testing.T) {
+	long(t)
 	ls := replicas(t, 2)
 	ctx := context.Background()
 	set := time.Now()
