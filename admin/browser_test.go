@@ -30,7 +30,11 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no Chromium on this machine (install the Debian package chromium, or set CHROMIUM): the browser test did not run")
+	msg := "no Chromium on this machine (install the Debian package chromium, or set CHROMIUM): the browser test did not run"
+	if os.Getenv("TOLLGATE_CI") != "" {
+		t.Fatal(msg) // CI installs the tool: a skip there would hide the test
+	}
+	t.Skip(msg)
 	return ""
 }
 
