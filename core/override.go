@@ -342,7 +342,7 @@ func checkLimits(limits []Policy) error {
 			}
 		case lim.Limit != Limit{}:
 			if err := lim.Limit.Validate(); err != nil {
-				return fmt.Errorf("Limits[%d]: %w", i, err)
+				return fmt.Errorf("the override's Limits[%d]: %w", i, err)
 			}
 		case lim.Quota.Tokens < 1 || lim.Quota.Tokens > maxBurst:
 			return fmt.Errorf("%w: Limits[%d]: Quota.Tokens must be 1 to %d", ErrInvalidLimit, i, int64(maxBurst))

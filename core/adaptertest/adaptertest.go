@@ -173,7 +173,7 @@ func Authenticate(h http.Handler, with func(r *http.Request, tenant string) *htt
 func SlowHandler(setup Setup) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		setup.Slow(r.Context(), r.Header.Get(SlowHeader))
-		io.WriteString(w, "ok")
+		_, _ = io.WriteString(w, "ok")
 	})
 }
 

@@ -205,7 +205,9 @@ func rawStatus(t *testing.T, base, path, header string) int {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: test\r\n"+header+"\r\nConnection: close\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ type observer struct{ *metrickit.Tally }
 
 func (o observer) Observe(_ context.Context, d *tollgate.Decision) { o.Tally.Observe(d) }
 
-func (o observer) ReportSlots(l *tollgate.Limiter) { o.Tally.AddLimiter(l) }
+func (o observer) ReportSlots(l *tollgate.Limiter) { o.AddLimiter(l) }
 
 func newTally(t *testing.T, histograms bool, opts ...func(*metrickit.Options)) *metrickit.Tally {
 	t.Helper()

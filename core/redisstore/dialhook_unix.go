@@ -50,7 +50,7 @@ func (c *lateConn) Read(p []byte) (int, error) {
 // deadline has passed, and the runtime refuses reads past it, so it is
 // lifted for the one read.
 func (c *lateConn) readWaiting(p []byte) int {
-	if c.Conn.SetReadDeadline(time.Time{}) != nil {
+	if c.SetReadDeadline(time.Time{}) != nil {
 		return 0
 	}
 	n := 0
@@ -58,6 +58,6 @@ func (c *lateConn) readWaiting(p []byte) int {
 		n, _ = syscall.Read(int(fd), p)
 		return true // one try: the socket is non-blocking
 	})
-	_ = c.Conn.SetReadDeadline(pastDeadline)
+	_ = c.SetReadDeadline(pastDeadline)
 	return max(n, 0)
 }

@@ -106,8 +106,8 @@ func runLimiter(t *testing.T, newStore NewStore) {
 		clock.Advance(leaseTTL)
 		if d := mustTake(t, l, tollgate.Request{Tenant: key}, true); d.Results()[2].Remaining != 1 {
 			t.Fatalf("after the leases ended: %+v, want this request alone in flight", d.Results())
-		} else {
-			l.Release(ctx(), &d)
+		} else if err := l.Release(ctx(), &d); err != nil {
+			t.Fatal(err)
 		}
 		for _, d := range []*tollgate.Decision{&b, &c} {
 			if err := l.Release(ctx(), d); err != nil {

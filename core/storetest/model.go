@@ -158,13 +158,14 @@ func (m *Model) Do(op *storekit.Op, now time.Time) {
 		r := &op.Rules[i]
 		s := state(r)
 		var res storekit.Result
-		if r.Kind == storekit.InFlight {
+		switch r.Kind {
+		case storekit.InFlight:
 			if granted {
 				s.leases[op.Lease] = t + op.LeaseTTL.Microseconds()
 			}
 			held := int64(len(s.leases))
 			res = storekit.Result{Allowed: granted || held < r.Burst, Remaining: max(r.Burst-held, 0)}
-		} else if r.Kind == storekit.Quota {
+		case storekit.Quota:
 			if granted {
 				s.used += cost
 				s.end = periodEnd(r, now)
@@ -178,7 +179,7 @@ func (m *Model) Do(op *storekit.Op, now time.Time) {
 			if s.used > 0 {
 				res.ResetAfter = left
 			}
-		} else {
+		default:
 			rel := max(s.tat-t, 0)
 			need, tol := cost*r.Interval, r.Tolerance()
 			if granted {

@@ -103,9 +103,10 @@ func TestSlotsAreSharedByReplicas(t *testing.T) {
 	answers := slowBurst(t, []string{a.url, b.url}, unique("shared-slow"), 4)
 	ok := 0
 	for _, r := range answers {
-		if r.status == http.StatusOK {
+		switch r.status {
+		case http.StatusOK:
 			ok++
-		} else if r.status == http.StatusTooManyRequests {
+		case http.StatusTooManyRequests:
 			checkInFlightRefusal(t, r, "free-slow-inflight")
 		}
 	}
