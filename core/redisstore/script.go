@@ -31,6 +31,41 @@ func newScript(src string) script {
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
+// apply runs op on key through e: it encodes op as the script's arguments,
+// waits for the answer, and settles op from it.
+func (s *Store) apply(ctx context.Context, op *storekit.Op, key string, e *endpoint) error {
+	c := calls.Get().(*call)
+	// What a request held must come back even when its caller has gone.
+	c.keep = op.Kind == storekit.Release || op.Kind == storekit.Cancel
+	when := s.estimate()
+	// The script refuses a quota period that does not hold Redis's time
+	// and answers with that time; a period can only end between two tries
+	// at its very boundary, so the third try is the last.
+	for range 3 {
+		c.encode(op, key, when)
+		if err := e.do(ctx, c); err != nil {
+			return err // c may still be in a round trip: it is not reused
+		}
+		op.Latency += c.latency
+		retry, err := s.settle(ctx, op, c)
+		if err != nil || !retry {
+			calls.Put(c)
+			return err
+		}
+		when = time.UnixMicro(c.now)
+	}
+	calls.Put(c)
+	return unavailable("period", fmt.Errorf("redisstore: the quota periods never held Redis's time, %v", when))
+}
+
+// estimate returns the process's estimate of Redis's time.
+func (s *Store) estimate() time.Time {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return s.wall().Add(time.Duration(s.offset.Load()) * time.Microsecond)
+}
+
 // encode fills in c's part of a script call for op on key, with quota
 // periods looked up at when, the process's estimate of Redis's time.
 func (c *call) encode(op *storekit.Op, key string, when time.Time) {

@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,36 +242,7 @@ func (s *Store) Do(ctx context.Context, op *storekit.Op) (err error) {
 	if err != nil {
 		return err
 	}
-	c := calls.Get().(*call)
-	// What a request held must come back even when its caller has gone.
-	c.keep = op.Kind == storekit.Release || op.Kind == storekit.Cancel
-	when := s.estimate()
-	// The script refuses a quota period that does not hold Redis's time
-	// and answers with that time; a period can only end between two tries
-	// at its very boundary, so the third try is the last.
-	for range 3 {
-		c.encode(op, key, when)
-		if err := e.do(ctx, c); err != nil {
-			return err // c may still be in a round trip: it is not reused
-		}
-		op.Latency += c.latency
-		retry, err := s.settle(ctx, op, c)
-		if err != nil || !retry {
-			calls.Put(c)
-			return err
-		}
-		when = time.UnixMicro(c.now)
-	}
-	calls.Put(c)
-	return unavailable("period", fmt.Errorf("redisstore: the quota periods never held Redis's time, %v", when))
-}
-
-// estimate returns the process's estimate of Redis's time.
-func (s *Store) estimate() time.Time {
-	if s.clock != nil {
-		return s.clock()
-	}
-	return s.wall().Add(time.Duration(s.offset.Load()) * time.Microsecond)
+	return s.apply(ctx, op, key, e)
 }
 
 // endpoint returns the endpoint of the server that holds key.
@@ -354,6 +328,68 @@ func checkRules(op *storekit.Op) error {
 		case r.Name == expiresField && r.Kind != storekit.InFlight:
 			return fmt.Errorf("%w: redisstore: a rule may not be named %q, the field of the hash's expiry", storekit.ErrInvalid, r.Name)
 		}
+	}
+	return nil
+}
+
+// DefaultPrefix starts every key a Store writes unless WithPrefix says
+// otherwise.
+const DefaultPrefix = "tollgate:"
+
+// maxRawTenant is the longest tenant ID that is written into its Redis key
+// as it is. Longer IDs, and IDs with bytes that are not printable ASCII, are
+// hashed, so a Redis key is never longer than the prefix plus 46 bytes.
+const maxRawTenant = 64
+
+// hashedMark starts the hash tag of a hashed tenant ID. A raw ID never
+// starts with it, so a raw ID and a hashed one never share a key.
+const hashedMark = '#'
+
+// redisKey maps a tenant ID of any bytes and length to the key of the hash
+// that holds its rule states: prefix + "{" + tag + "}". The tag is the ID
+// itself when it is short, printable ASCII without braces and does not
+// start with '#', and otherwise '#' and the unpadded base64url SHA-256 of
+// the ID. The store chooses the whole hash tag, so no tenant ID can pick
+// its Cluster slot or reach another tenant's key, and the mapping is one to
+// one (up to a SHA-256 collision).
+func redisKey(prefix, tenant string) string {
+	if rawTenantOK(tenant) {
+		return prefix + "{" + tenant + "}"
+	}
+	sum := sha256.Sum256([]byte(tenant))
+	var b [1 + 43]byte
+	b[0] = hashedMark
+	base64.RawURLEncoding.Encode(b[1:], sum[:])
+	return prefix + "{" + string(b[:]) + "}"
+}
+
+// inFlightKey returns the key of the sorted set that holds the leases of
+// the in-flight cap called rule of the tenant whose hash is key: the key,
+// ":f:" and the rule's name. It shares the hash's tag, and so its Cluster
+// slot; no hash's key, which ends at its tag, is ever one.
+func inFlightKey(key, rule string) string { return key + ":f:" + rule }
+
+func rawTenantOK(tenant string) bool {
+	if len(tenant) == 0 || len(tenant) > maxRawTenant || tenant[0] == hashedMark {
+		return false
+	}
+	for i := 0; i < len(tenant); i++ {
+		c := tenant[i]
+		if c <= ' ' || c > '~' || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
+}
+
+func checkPrefix(prefix string) error {
+	// A brace in the prefix would make the prefix, not the tenant, the
+	// Cluster hash tag, and put every tenant in one slot.
+	if strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("the key prefix %q must not contain '{' or '}'", prefix)
+	}
+	if len(prefix) > 256 {
+		return fmt.Errorf("the key prefix is %d bytes long; at most 256 are allowed", len(prefix))
 	}
 	return nil
 }
