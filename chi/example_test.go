@@ -54,8 +54,6 @@ func ExampleMiddleware_budget() {
 	}
 	team := tollgate.Plan{Name: "team", Limit: tollgate.Limit{Rate: 2, Burst: 100},
 		Policies: []tollgate.Policy{{Budget: "reports", Limit: tollgate.Limit{Rate: 50.0 / 3600, Burst: 50}}}}
-	// The store must be a tollgate.MultiStore, which applies several
-	// policies in one step.
 	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(team), tollgate.WithLogger(nil))
 	if err != nil {
 		log.Fatal(err)

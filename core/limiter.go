@@ -59,7 +59,7 @@ type Limiter struct {
 	slots           slots
 }
 
-// DefaultResolverTimeout bounds each plan lookup unless WithResolverTimeout
+// defaultResolverTimeout bounds each plan lookup unless WithResolverTimeout
 // says otherwise.
 const defaultResolverTimeout = 100 * time.Millisecond
 
