@@ -203,7 +203,9 @@ func TestTimeZonesLoadedPerCallDoNotLeak(t *testing.T) {
 	}
 	for name, resolver := range map[string]tollgate.PlanResolver{"plain": fromDB, "caching": cached} {
 		t.Run(name, func(t *testing.T) {
-			l, err := tollgate.New(storetest.NewModelStore(time.Now), resolver, tollgate.WithLogger(nil))
+			store := memory.New()
+			defer store.Close()
+			l, err := tollgate.New(store, resolver, tollgate.WithLogger(nil))
 			if err != nil {
 				t.Fatal(err)
 			}
