@@ -54,10 +54,13 @@ func TestEveryEndpoint(t *testing.T) {
 	r := newTestReplica(t, nil)
 
 	// Inspect.
+	// Redis's clock runs between the take and the inspect: at 200/s a slow
+	// machine gives a token or two back, never all five.
 	take(t, r.limiter, "acme", 5)
 	s := decodeState(t, r.api(t, "GET", "tenants/acme", ""))
 	if s.Tenant != "acme" || s.Plan != "enterprise" || s.Override != nil || !s.Allowed || len(s.Policies) != 1 ||
-		s.Policies[0].Name != "enterprise" || s.Policies[0].Limit != 2000 || s.Policies[0].Remaining != 1995 || s.Policies[0].ResetSeconds != 1 {
+		s.Policies[0].Name != "enterprise" || s.Policies[0].Limit != 2000 ||
+		s.Policies[0].Remaining < 1995 || s.Policies[0].Remaining >= 2000 || s.Policies[0].ResetSeconds != 1 {
 		t.Fatalf("inspect acme: %+v", s)
 	}
 	if a := r.api(t, "HEAD", "tenants/acme", ""); a.status != http.StatusOK {
