@@ -33,6 +33,17 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 	if l == nil {
 		return Decision{Tenant: req.Tenant}, errNilLimiter
 	}
+	// As in Take: observers are handed a pointer, so the decision is made
+	// in a pooled one rather than in a result that would escape.
+	d := decisions.Get().(*Decision)
+	err := l.wait(ctx, req, d)
+	out := *d
+	decisions.Put(d)
+	return out, err
+}
+
+// wait is Wait into d.
+func (l *Limiter) wait(ctx context.Context, req Request, d *Decision) error {
 	req.MaxDelay = maxWindow
 	var turn chan struct{} // the request's place in line for a slot
 	var leave func()
@@ -41,13 +52,13 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 			leave()
 		}
 	}()
-	var d Decision
+	*d = Decision{}
 	// Observers hear of the last attempt only: a request that waits is
 	// one request.
 	attempted, observed := false, false
 	defer func() {
 		if attempted && !observed {
-			l.observe(ctx, &d)
+			l.observe(ctx, d)
 		}
 	}()
 	for {
@@ -55,20 +66,20 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 			if d.Tenant == "" {
 				d.Tenant = req.Tenant
 			}
-			return d, err
+			return err
 		}
 		deadline, bounded := ctx.Deadline()
 		attempted = true
-		if err := l.attempt(ctx, &req, &d, deadline); err != nil {
-			return d, err
+		if err := l.attempt(ctx, &req, d, deadline); err != nil {
+			return err
 		}
 		switch {
 		case d.Degraded && !d.Allowed:
-			return d, fmt.Errorf("tollgate: Wait: the store failed under fail-closed: %w", d.Err)
+			return fmt.Errorf("tollgate: Wait: the store failed under fail-closed: %w", d.Err)
 		case d.Allowed:
-			l.observe(ctx, &d)
+			l.observe(ctx, d)
 			observed = true
-			return d, l.Hold(ctx, &d)
+			return l.Hold(ctx, d)
 		case d.slotsOnly():
 			// Every other policy allows it: wait in line for a slot,
 			// which frees when a request of the tenant ends.
@@ -76,22 +87,22 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 				turn, leave = l.queueForSlot(req.Tenant)
 			}
 			if err := l.waitForSlot(ctx, req.Tenant, turn); err != nil {
-				return d, err
+				return err
 			}
 			continue
 		}
 		// Denied though the caller would wait: a quota exhausted until a
 		// later period, or tokens that come too late.
 		if !bounded && d.policyIsQuota() {
-			return d, fmt.Errorf("%w: policy %q is exhausted for %v; give Wait a context with a deadline past that to wait for it",
+			return fmt.Errorf("%w: policy %q is exhausted for %v; give Wait a context with a deadline past that to wait for it",
 				ErrWaitExceedsDeadline, d.Policy, d.RetryAfter.Round(time.Second))
 		}
 		if bounded && d.RetryAfter > time.Until(deadline) {
-			return d, fmt.Errorf("%w: policy %q allows the request in %v, the deadline is in %v",
+			return fmt.Errorf("%w: policy %q allows the request in %v, the deadline is in %v",
 				ErrWaitExceedsDeadline, d.Policy, d.RetryAfter, time.Until(deadline).Round(time.Millisecond))
 		}
 		if err := sleep(ctx, d.RetryAfter); err != nil {
-			return d, err
+			return err
 		}
 	}
 }
