@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
@@ -11,11 +14,14 @@ import (
 // policiesTenants is the number of tenants of BenchmarkPolicies.
 const policiesTenants = 10_000
 
-// BenchmarkPolicies measures what a daily quota adds to a decision on the
-// memory store: Limiter.Take on allowed requests of 10,000 tenants whose
-// plan is a token bucket alone (policies=bucket) or the same bucket and a
-// daily quota, checked together (policies=bucket+daily). The budget is
-// 1.3x. `benchstat -col /policies` sets them side by side.
+// BenchmarkPolicies measures what a daily quota or an in-flight cap adds
+// to a decision on the memory store: Limiter.Take on allowed requests of
+// 10,000 tenants whose plan is a token bucket alone (policies=bucket), the
+// same bucket and a daily quota, checked together (policies=bucket+daily),
+// or the bucket and a cap on requests in flight (policies=bucket+inflight),
+// whose slot each request gives back with Limiter.Release, as middleware
+// does when the handler returns. The budgets are 1.3x for a quota and 1.5x
+// for an in-flight cap. `benchstat -col /policies` sets them side by side.
 func BenchmarkPolicies(b *testing.B) {
 	bucket := tollgate.Limit{Rate: 1e6, Burst: 1e9} // no request reaches it
 	plans := map[string]tollgate.Plan{
@@ -23,13 +29,16 @@ func BenchmarkPolicies(b *testing.B) {
 		"bucket+daily": {Name: "growth", Limit: bucket, Policies: []tollgate.Policy{
 			{Quota: tollgate.Quota{Tokens: 1e14, Period: tollgate.Daily}},
 		}},
+		"bucket+inflight": {Name: "growth", Limit: bucket, Policies: []tollgate.Policy{
+			{InFlight: 1000},
+		}},
 	}
 	reqs := make([]tollgate.Request, policiesTenants)
 	for i := range reqs {
 		reqs[i] = tollgate.Request{Tenant: fmt.Sprint("tenant-", i), Method: "GET", Route: "GET /api/hello"}
 	}
 	for _, mode := range []string{"serial", "parallel"} {
-		for _, name := range []string{"bucket", "bucket+daily"} {
+		for _, name := range []string{"bucket", "bucket+daily", "bucket+inflight"} {
 			b.Run(fmt.Sprintf("case=%s/policies=%s", mode, name), func(b *testing.B) {
 				s := memory.New()
 				b.Cleanup(func() { s.Close() })
@@ -37,8 +46,50 @@ func BenchmarkPolicies(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				runDecisions(b, l, reqs, mode == "parallel")
+				if name == "bucket+inflight" {
+					runHeldDecisions(b, l, reqs, mode == "parallel")
+				} else {
+					runDecisions(b, l, reqs, mode == "parallel")
+				}
 			})
 		}
+	}
+}
+
+// runHeldDecisions is runDecisions for a plan with an in-flight cap: each
+// allowed decision holds a slot, given back at once, as a request that
+// returns at once would.
+func runHeldDecisions(b *testing.B, l *tollgate.Limiter, reqs []tollgate.Request, parallel bool) {
+	ctx := context.Background()
+	var denied atomic.Int64
+	decide := func(req tollgate.Request) {
+		d, _ := l.Take(ctx, req)
+		if !d.Allowed {
+			denied.Add(1)
+		}
+		if err := l.Release(ctx, &d); err != nil {
+			b.Error(err)
+		}
+	}
+	for i := range reqs {
+		decide(reqs[i])
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	if !parallel {
+		for i := range b.N {
+			decide(reqs[i%len(reqs)])
+		}
+	} else {
+		b.RunParallel(func(pb *testing.PB) {
+			for i := rand.IntN(len(reqs)); pb.Next(); i = (i + 1) % len(reqs) {
+				decide(reqs[i])
+			}
+		})
+	}
+	reportCPU(b, cpu)
+	if n := denied.Load(); n > 0 {
+		b.Fatalf("%d of %d decisions denied; the plans must allow all", n, b.N)
 	}
 }
