@@ -16,3 +16,7 @@ func CachedPlans(l *Limiter) int { return l.compiled.len() }
 // StuckLookups returns how many lookups of l, or of c, are stuck.
 func StuckLookups(l *Limiter) int64              { return l.lookups.stuck.Load() }
 func StuckCacheLookups(c *CachingResolver) int64 { return c.lookups.stuck.Load() }
+
+// SetLeaseRenewal makes l renew the leases of its slots every d; call it
+// before l holds any.
+func SetLeaseRenewal(l *Limiter, d time.Duration) { l.slots.renewEvery = d }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
 )
 
@@ -116,4 +117,61 @@ func TestWaitForASlot(t *testing.T) {
 		t.Fatalf("after a waiter gave up: %+v", d.Results())
 	}
 	l.Release(ctx, &d2)
+}
+
+// kindCounter counts the Ops of each kind that reach its store.
+type kindCounter struct {
+	tollgate.Store
+	mu    sync.Mutex
+	kinds map[storekit.Kind]int
+}
+
+func (k *kindCounter) Do(ctx context.Context, op *storekit.Op) error {
+	k.mu.Lock()
+	k.kinds[op.Kind]++
+	k.mu.Unlock()
+	return k.Store.Do(ctx, op)
+}
+
+func (k *kindCounter) count(kind storekit.Kind) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.kinds[kind]
+}
+
+// TestFallbackSlotsStayInTheFallback: a slot granted by the fallback store
+// while the main one fails is renewed and released there, not in the
+// failing store, where its lease does not exist.
+func TestFallbackSlotsStayInTheFallback(t *testing.T) {
+	clock := storetest.NewClock()
+	main := &failingStore{}
+	fallback := &kindCounter{Store: newStore(clock), kinds: map[storekit.Kind]int{}}
+	l, err := tollgate.New(main, tollgate.SinglePlan(slow), tollgate.WithClock(clock.Now), tollgate.WithLogger(nil),
+		tollgate.WithFallback(fallback, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tollgate.SetLeaseRenewal(l, time.Millisecond)
+	ctx := context.Background()
+	d, err := l.Take(ctx, tollgate.Request{Tenant: "t"})
+	if err != nil || !d.Allowed || !d.Fallback {
+		t.Fatalf("%+v, %v: want a slot from the fallback store", d, err)
+	}
+	failedBefore := main.calls.Load()
+	deadline := time.Now().Add(10 * time.Second)
+	for fallback.count(storekit.Renew) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the fallback store's lease was never renewed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.Release(ctx, &d); err != nil {
+		t.Fatal(err)
+	}
+	if n := fallback.count(storekit.Release); n != 1 {
+		t.Fatalf("%d releases reached the fallback store, want 1", n)
+	}
+	if n := main.calls.Load() - failedBefore; n != 0 {
+		t.Fatalf("%d renewals or releases of the fallback's slot went to the failing store", n)
+	}
 }

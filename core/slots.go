@@ -1,6 +1,7 @@
 package tollgate
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
@@ -39,6 +40,7 @@ type heldSlot struct {
 	tenant string
 	plan   string
 	rules  []storekit.Rule // the InFlight rules the lease is in
+	store  Store           // the store that granted it: the fallback's lease lives there
 }
 
 // slots is what a Limiter knows of the slots it holds and of the requests
@@ -48,6 +50,8 @@ type slots struct {
 	held     map[string]heldSlot // by lease
 	renewing bool                // a goroutine renews the held leases
 	waiting  map[string][]chan struct{}
+
+	renewEvery time.Duration // leaseRenewal; tests shorten it
 }
 
 // hold records a slot granted to d and starts renewing it.
@@ -59,16 +63,17 @@ func (l *Limiter) hold(d *Decision, lease string, rules []storekit.Rule) {
 	if s.held == nil {
 		s.held = make(map[string]heldSlot)
 	}
-	s.held[lease] = heldSlot{tenant: d.Tenant, plan: d.Plan, rules: rules}
+	s.held[lease] = heldSlot{tenant: d.Tenant, plan: d.Plan, rules: rules, store: l.storeOf(d)}
 	if !s.renewing {
 		s.renewing = true
-		go l.renew()
+		go l.renew(cmp.Or(s.renewEvery, leaseRenewal))
 	}
 }
 
-// renew extends the leases held every leaseRenewal, while any is held.
-func (l *Limiter) renew() {
-	t := time.NewTicker(leaseRenewal)
+// renew extends the leases held every period, while any is held, each in
+// the store that granted it.
+func (l *Limiter) renew(period time.Duration) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for range t.C {
 		s := &l.slots
@@ -84,9 +89,9 @@ func (l *Limiter) renew() {
 		}
 		s.mu.Unlock()
 		for lease, h := range batch {
-			ctx, cancel := context.WithTimeout(context.Background(), leaseRenewal)
+			ctx, cancel := context.WithTimeout(context.Background(), period)
 			op := storekit.Op{Kind: storekit.Renew, Tenant: h.tenant, Rules: h.rules, Lease: lease, LeaseTTL: leaseTTL}
-			_ = l.store.Do(ctx, &op) // a lease that fails to renew expires: its slot comes free
+			_ = h.store.Do(ctx, &op) // a lease that fails to renew expires: its slot comes free
 			cancel()
 		}
 	}
@@ -110,10 +115,6 @@ func (l *Limiter) Release(ctx context.Context, d *Decision) error {
 	if !ok {
 		return nil
 	}
-	store := l.store
-	if d.Fallback {
-		store = l.fallback
-	}
 	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
 	*op = storekit.Op{Kind: storekit.Release, Tenant: h.tenant, Rules: h.rules, Lease: lease, Now: l.now(), Results: op.Results[:0]}
@@ -122,7 +123,7 @@ func (l *Limiter) Release(ctx context.Context, d *Decision) error {
 	if ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
-	return store.Do(ctx, op)
+	return h.store.Do(ctx, op)
 }
 
 // letGo drops lease from the slots held, wakes the first request of its
@@ -143,6 +144,15 @@ func (l *Limiter) letGo(lease string) (heldSlot, bool) {
 		}
 	}
 	return h, true
+}
+
+// storeOf returns the store that decided d: the fallback's if the main
+// store failed.
+func (l *Limiter) storeOf(d *Decision) Store {
+	if d.Fallback {
+		return l.fallback
+	}
+	return l.store
 }
 
 // forget drops the slot of d, which the store gave back already, from the

@@ -153,15 +153,11 @@ func (l *Limiter) Cancel(ctx context.Context, d *Decision) error {
 	if d.Delay <= 0 || d.rules == nil {
 		return nil
 	}
-	store := l.store
-	if d.Fallback {
-		store = l.fallback
-	}
 	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
 	*op = storekit.Op{Kind: storekit.Cancel, Tenant: d.Tenant, Rules: d.rules.rules, Cost: d.Cost, Now: l.now(),
 		Mark: d.mark, Lease: d.lease, Results: op.Results[:0]}
-	if err := store.Do(ctx, op); err != nil {
+	if err := l.storeOf(d).Do(ctx, op); err != nil {
 		return err
 	}
 	d.Delay = 0
