@@ -90,6 +90,7 @@ type Decision struct {
 	more        []Result // the results past inlinePolicies, for large plans
 	mark        int64    // the store's mark of a reservation, for Cancel
 	lease       string   // the slot held in in-flight policies, for Release
+	slotAt      int32    // the slot's index in its shard of the Limiter's slots
 	figures     bool     // the figures may be shown to the client
 	policyIndex int      // of Policy, in Policies
 }

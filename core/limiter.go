@@ -467,7 +467,7 @@ func (l *Limiter) settle(d *Decision, rs *ruleSet, op *storekit.Op, shadow bool)
 			}
 		}
 		if op.Allowed {
-			l.hold(d, op.Lease, rs.inFlight)
+			l.hold(d, op, rs.inFlight)
 		}
 	}
 	setResults(d, rs, op.Allowed, op.Results)

@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate-go/tollgate/core/storekit"
 )
@@ -35,37 +37,69 @@ func newLease() string {
 	return string(b[:])
 }
 
-// A heldSlot is a slot this process holds, renewed while it is held.
+// A heldSlot is a slot this process holds, renewed while it is held; an
+// empty lease marks a free entry of its shard.
 type heldSlot struct {
+	lease  string
 	tenant string
 	plan   string
 	rules  []storekit.Rule // the InFlight rules the lease is in
 	store  Store           // the store that granted it: the fallback's lease lives there
+	where  any             // the store's note of where it keeps the slot (storekit.Op.Slot)
 }
 
 // slots is what a Limiter knows of the slots it holds and of the requests
-// that wait for one.
+// that wait for one. The slots held are split among shards by lease, so
+// that requests on several cores seldom wait for one another's lock; a
+// Decision that holds a slot knows its lease and its index in the shard,
+// and entries are reused, so that holding a slot allocates nothing.
 type slots struct {
-	mu       sync.Mutex
-	held     map[string]heldSlot // by lease
-	renewing bool                // a goroutine renews the held leases
-	waiting  map[string][]chan struct{}
+	shards   [slotShards]paddedSlotShard
+	renewing atomic.Bool // a goroutine renews the held leases
+
+	waitMu  sync.Mutex
+	waiting map[string][]chan struct{} // by tenant, in order of arrival
+	queued  atomic.Int64               // requests in waiting: a release looks only if there are some
 
 	renewEvery time.Duration // leaseRenewal; tests shorten it
 }
 
-// hold records a slot granted to d and starts renewing it.
-func (l *Limiter) hold(d *Decision, lease string, rules []storekit.Rule) {
-	d.lease = lease
+const slotShards = 16
+
+type slotShard struct {
+	mu   sync.Mutex
+	held []heldSlot
+	free []int32 // indexes of free entries of held
+}
+
+// paddedSlotShard keeps each shard's lock on a cache line of its own.
+type paddedSlotShard struct {
+	slotShard
+	_ [64 - unsafe.Sizeof(slotShard{})%64]byte
+}
+
+func (s *slots) shardOf(lease string) *slotShard {
+	return &s.shards[lease[0]%slotShards].slotShard
+}
+
+// hold records a slot granted to d by op and makes sure it is renewed.
+func (l *Limiter) hold(d *Decision, op *storekit.Op, rules []storekit.Rule) {
 	s := &l.slots
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.held == nil {
-		s.held = make(map[string]heldSlot)
+	sh := s.shardOf(op.Lease)
+	sh.mu.Lock()
+	var at int32
+	if n := len(sh.free); n > 0 {
+		at, sh.free = sh.free[n-1], sh.free[:n-1]
+	} else {
+		at = int32(len(sh.held))
+		sh.held = append(sh.held, heldSlot{})
 	}
-	s.held[lease] = heldSlot{tenant: d.Tenant, plan: d.Plan, rules: rules, store: l.storeOf(d)}
-	if !s.renewing {
-		s.renewing = true
+	sh.held[at] = heldSlot{lease: op.Lease, tenant: d.Tenant, plan: d.Plan, rules: rules, store: l.storeOf(d), where: op.Slot}
+	sh.mu.Unlock()
+	d.lease, d.slotAt = op.Lease, at
+	// After the slot is in its shard, so that a renewer that found
+	// none held and stops is followed by another.
+	if !s.renewing.Load() && s.renewing.CompareAndSwap(false, true) {
 		go l.renew(cmp.Or(s.renewEvery, leaseRenewal))
 	}
 }
@@ -75,26 +109,42 @@ func (l *Limiter) hold(d *Decision, lease string, rules []storekit.Rule) {
 func (l *Limiter) renew(period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
+	s := &l.slots
 	for range t.C {
-		s := &l.slots
-		s.mu.Lock()
-		if len(s.held) == 0 {
-			s.renewing = false
-			s.mu.Unlock()
-			return
+		batch := s.snapshot()
+		if len(batch) == 0 {
+			s.renewing.Store(false)
+			// A slot held since the snapshot may have seen this
+			// goroutine still running: renew it here unless another
+			// renewer has started.
+			if len(s.snapshot()) == 0 || !s.renewing.CompareAndSwap(false, true) {
+				return
+			}
+			continue
 		}
-		batch := make(map[string]heldSlot, len(s.held))
-		for lease, h := range s.held {
-			batch[lease] = h
-		}
-		s.mu.Unlock()
-		for lease, h := range batch {
+		for _, h := range batch {
 			ctx, cancel := context.WithTimeout(context.Background(), period)
-			op := storekit.Op{Kind: storekit.Renew, Tenant: h.tenant, Rules: h.rules, Lease: lease, LeaseTTL: leaseTTL}
+			op := storekit.Op{Kind: storekit.Renew, Tenant: h.tenant, Rules: h.rules, Lease: h.lease, LeaseTTL: leaseTTL, Slot: h.where}
 			_ = h.store.Do(ctx, &op) // a lease that fails to renew expires: its slot comes free
 			cancel()
 		}
 	}
+}
+
+// snapshot returns the slots held now.
+func (s *slots) snapshot() []heldSlot {
+	var all []heldSlot
+	for i := range s.shards {
+		sh := &s.shards[i].slotShard
+		sh.mu.Lock()
+		for _, h := range sh.held {
+			if h.lease != "" {
+				all = append(all, h)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return all
 }
 
 // Release gives back the slot that d holds in the in-flight policies of
@@ -109,41 +159,58 @@ func (l *Limiter) Release(ctx context.Context, d *Decision) error {
 	if d.lease == "" {
 		return nil
 	}
-	lease := d.lease
-	d.lease = ""
-	h, ok := l.letGo(lease)
+	h, ok := l.letGo(d)
 	if !ok {
 		return nil
 	}
 	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
-	*op = storekit.Op{Kind: storekit.Release, Tenant: h.tenant, Rules: h.rules, Lease: lease, Now: l.now(), Results: op.Results[:0]}
+	*op = storekit.Op{Kind: storekit.Release, Tenant: h.tenant, Rules: h.rules, Lease: h.lease, Slot: h.where, Results: op.Results[:0]}
 	// The slot goes back even if the request's context has ended: the
-	// client that left is the usual reason to release.
+	// client that left is the usual reason to release. Now stays zero:
+	// a store reads its own clock, and the memory store then reads only
+	// the monotonic one.
 	if ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
-	return h.store.Do(ctx, op)
+	err := h.store.Do(ctx, op)
+	l.wakeFirst(h.tenant)
+	return err
 }
 
-// letGo drops lease from the slots held, wakes the first request of its
-// tenant that waits for one, and returns what the slot held.
-func (l *Limiter) letGo(lease string) (heldSlot, bool) {
-	s := &l.slots
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h, ok := s.held[lease]
-	if !ok {
-		return h, false
+// letGo drops the slot of d from the slots held, and returns what it
+// held; it reports false for a slot not held here: a copy of a Decision
+// released already, or one of another Limiter.
+func (l *Limiter) letGo(d *Decision) (heldSlot, bool) {
+	lease, at := d.lease, d.slotAt
+	d.lease = ""
+	sh := l.slots.shardOf(lease)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if at < 0 || int(at) >= len(sh.held) || sh.held[at].lease != lease {
+		return heldSlot{}, false
 	}
-	delete(s.held, lease)
-	if q := s.waiting[h.tenant]; len(q) > 0 {
+	h := sh.held[at]
+	sh.held[at] = heldSlot{}
+	sh.free = append(sh.free, at)
+	return h, true
+}
+
+// wakeFirst lets the first request of tenant that waits for a slot try
+// again.
+func (l *Limiter) wakeFirst(tenant string) {
+	s := &l.slots
+	if s.queued.Load() == 0 {
+		return
+	}
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if q := s.waiting[tenant]; len(q) > 0 {
 		select {
 		case q[0] <- struct{}{}:
 		default:
 		}
 	}
-	return h, true
 }
 
 // storeOf returns the store that decided d: the fallback's if the main
@@ -158,8 +225,9 @@ func (l *Limiter) storeOf(d *Decision) Store {
 // forget drops the slot of d, which the store gave back already, from the
 // slots held.
 func (l *Limiter) forget(d *Decision) {
-	l.letGo(d.lease)
-	d.lease = ""
+	if h, ok := l.letGo(d); ok {
+		l.wakeFirst(h.tenant)
+	}
 }
 
 // waitForSlot waits, in order of arrival among this process's requests of
@@ -192,15 +260,17 @@ func (l *Limiter) waitForSlot(ctx context.Context, tenant string, turn chan stru
 func (l *Limiter) queueForSlot(tenant string) (turn chan struct{}, leave func()) {
 	turn = make(chan struct{}, 1)
 	s := &l.slots
-	s.mu.Lock()
+	s.waitMu.Lock()
 	if s.waiting == nil {
 		s.waiting = make(map[string][]chan struct{})
 	}
 	s.waiting[tenant] = append(s.waiting[tenant], turn)
-	s.mu.Unlock()
+	s.queued.Add(1)
+	s.waitMu.Unlock()
 	return turn, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		s.waitMu.Lock()
+		defer s.waitMu.Unlock()
+		s.queued.Add(-1)
 		q := s.waiting[tenant]
 		for i, c := range q {
 			if c == turn {
@@ -222,8 +292,8 @@ func (l *Limiter) queueForSlot(tenant string) (turn chan struct{}, leave func())
 
 func (l *Limiter) firstInLine(tenant string, turn chan struct{}) bool {
 	s := &l.slots
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
 	q := s.waiting[tenant]
 	return len(q) > 0 && q[0] == turn
 }
@@ -234,11 +304,8 @@ func (l *Limiter) SlotsHeld() map[string]int {
 	if l == nil {
 		return nil
 	}
-	s := &l.slots
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := make(map[string]int)
-	for _, h := range s.held {
+	for _, h := range l.slots.snapshot() {
 		out[h.plan]++
 	}
 	return out

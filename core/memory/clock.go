@@ -57,9 +57,9 @@ func (c *clock) opTime(now time.Time) (int64, time.Time) {
 	return c.at(now), now
 }
 
-// bucketTime returns the time a token bucket is decided at: now in
-// microseconds since the origin, or the clock's current time if now is
-// zero.
+// bucketTime returns the time a token bucket, or a lease, is decided at:
+// now in microseconds since the origin, or the clock's current time if now
+// is zero, with one read of the monotonic clock.
 func (c *clock) bucketTime(now time.Time) int64 {
 	if now.IsZero() {
 		return c.now()

@@ -96,3 +96,36 @@ func TestLeasesAreBounded(t *testing.T) {
 		t.Fatalf("the sweep dropped %d tenants once every lease expired, want 1", n)
 	}
 }
+
+// TestReleaseThroughAStaleSlot: the Slot a Take sets lets its Release find
+// the tenant, and a Slot whose tenant was dropped since, or that names
+// another tenant, is not trusted: the Release looks the tenant up.
+func TestReleaseThroughAStaleSlot(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
+	defer s.Close()
+	c := inFlight("inflight", 2)
+	first := do(t, s, &storekit.Op{Kind: storekit.Take, Tenant: "t", Rules: []storekit.Rule{c}, Cost: 1, Lease: "a", LeaseTTL: 10 * time.Second})
+	if !first.Allowed || first.Slot == nil {
+		t.Fatalf("the first Take: allowed %v, Slot %v; want a Slot", first.Allowed, first.Slot)
+	}
+	stale := first.Slot
+	// Released through its Slot, the tenant is idle and swept.
+	do(t, s, &storekit.Op{Kind: storekit.Release, Tenant: "t", Rules: []storekit.Rule{c}, Lease: "a", Slot: stale})
+	if n := s.Sweep(); n != 1 {
+		t.Fatalf("the sweep dropped %d tenants after the release, want 1", n)
+	}
+	// A new tenant "t" holds two slots; a Release with the dropped
+	// tenant's Slot, or with another tenant's, still frees one.
+	takeSlot(t, s, "t", "b", c)
+	takeSlot(t, s, "t", "c", c)
+	do(t, s, &storekit.Op{Kind: storekit.Release, Tenant: "t", Rules: []storekit.Rule{c}, Lease: "b", Slot: stale})
+	other := do(t, s, &storekit.Op{Kind: storekit.Take, Tenant: "u", Rules: []storekit.Rule{c}, Cost: 1, Lease: "d", LeaseTTL: 10 * time.Second})
+	do(t, s, &storekit.Op{Kind: storekit.Release, Tenant: "t", Rules: []storekit.Rule{c}, Lease: "c", Slot: other.Slot})
+	if r := do(t, s, &storekit.Op{Kind: storekit.Inspect, Tenant: "t", Rules: []storekit.Rule{c}}).Results[0]; r.Remaining != 2 {
+		t.Fatalf("tenant t has %d slots free, want 2: a Release through a stale Slot was lost", r.Remaining)
+	}
+	if r := do(t, s, &storekit.Op{Kind: storekit.Inspect, Tenant: "u", Rules: []storekit.Rule{c}}).Results[0]; r.Remaining != 1 {
+		t.Fatalf("tenant u has %d slots free, want 1: a Release of another tenant freed its slot", r.Remaining)
+	}
+}

@@ -77,17 +77,25 @@ func (tb *table) doRules(op *storekit.Op) {
 // tenant's lock, it changes the lease in place, without the working copies
 // of doRules, as the reference model does.
 func (tb *table) doLeases(op *storekit.Op) {
-	t, _ := tb.clock.opTime(op.Now)
+	t := tb.clock.bucketTime(op.Now)
 	var k lookup
-	tb.lookup(op.Tenant, &k)
+	looked := false
+	tn := slotTenant(op)
 	op.Results = op.Results[:0]
 	op.Allowed, op.Delay = false, 0
 	for {
-		tn := k.find()
+		if tn == nil {
+			if !looked {
+				tb.lookup(op.Tenant, &k)
+				looked = true
+			}
+			tn = k.find()
+		}
 		if tn != nil {
 			tn.mu.Lock()
 			if tn.tat.Load() == deadTAT {
 				tn.mu.Unlock()
+				tn = nil
 				continue
 			}
 		}
@@ -112,6 +120,17 @@ func (tb *table) doLeases(op *storekit.Op) {
 		}
 		return
 	}
+}
+
+// slotTenant returns the tenant that op's Slot names, set by the Take that
+// granted op's Lease, or nil if it names none of this Store's. The tenant
+// may have been dropped since: the caller checks.
+func slotTenant(op *storekit.Op) *tenant {
+	tn, _ := op.Slot.(*tenant)
+	if tn == nil || len(op.Tenant) > maxKeyLen || tn.id != op.Tenant {
+		return nil
+	}
+	return tn
 }
 
 // inFlight returns the state of tn's in-flight cap called name, or nil (tn
@@ -183,6 +202,9 @@ func apply(tn *tenant, op *storekit.Op, t int64, now time.Time) bool {
 	}
 	if granted {
 		op.Mark = t + delay
+		if op.Lease != "" {
+			op.Slot = tn
+		}
 	}
 	return true
 }

@@ -166,6 +166,13 @@ type Op struct {
 	Lease    string
 	LeaseTTL time.Duration
 
+	// Slot is the store's own note of where it keeps the slots of a
+	// granted Take (see below the line). The Limiter passes it back, to
+	// that store alone, in the Release and the Renews of the same Tenant
+	// and Lease, so that the store may find them without a lookup; the
+	// store checks that what it names is still in use. nil otherwise.
+	Slot any
+
 	// Value, for a SaveOverride, is the tenant's override, or nil.
 	Value []byte
 
@@ -191,6 +198,9 @@ type Op struct {
 	// Mark, after a granted Take that reserved, identifies the
 	// reservation for a Cancel: the store's time at which it proceeds.
 	// Its meaning is the store's own.
+
+	// Slot, after a granted Take that holds slots, may be set by the
+	// store: see Slot above.
 
 	// Results holds one Result per rule, in order: after a granted Take,
 	// each rule's state; after a denied one or an Inspect, each rule's
