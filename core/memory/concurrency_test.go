@@ -168,48 +168,42 @@ func TestResetRacesTakes(t *testing.T) {
 	}
 }
 
-// TestHotTenant: a tenant taken from on several cores at once is found
-// without its shard's lock; it keeps its state, no other tenant of its
-// shard reaches it, and once dropped (reset, swept or evicted) it is
-// found no more.
-func TestHotTenant(t *testing.T) {
+// TestTenantsOfOneShard: tenants that share a shard, found without its
+// lock, keep their states apart, and a tenant once dropped (reset, swept
+// or evicted) is found no more.
+func TestTenantsOfOneShard(t *testing.T) {
 	clock := storetest.NewClock()
 	// A cap of 100 makes one shard, which every tenant shares.
 	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0), memory.WithMaxKeys(100))
 	take(t, s, "hot", limit, 10)
-	if !memory.MakeHot(s, "hot") {
-		t.Fatal("the Store does not hold the tenant")
-	}
 	if r := take(t, s, "hot", limit, 1); r.Allowed {
-		t.Fatalf("the hot tenant lost its state: %+v", r)
+		t.Fatalf("the tenant lost its state: %+v", r)
 	}
 	if r := take(t, s, "other", limit, 10); !r.Allowed {
-		t.Fatalf("another tenant of the shard reached the hot one's state: %+v", r)
+		t.Fatalf("another tenant of the shard reached the first one's state: %+v", r)
 	}
 	do(t, s, &storekit.Op{Kind: storekit.Reset, Tenant: "hot"})
 	if r := take(t, s, "hot", limit, 10); !r.Allowed {
-		t.Fatalf("the hot tenant survived its reset: %+v", r)
+		t.Fatalf("the tenant survived its reset: %+v", r)
 	}
-	memory.MakeHot(s, "hot")
 	clock.Advance(time.Second)
 	if n := s.Sweep(); n != 2 {
 		t.Fatalf("the sweep dropped %d tenants, want both", n)
 	}
 	// The least spent tenant of its shard, it is the first evicted.
 	take(t, s, "hot", limit, 1)
-	memory.MakeHot(s, "hot")
 	for i := range 100 {
 		take(t, s, fmt.Sprint("drained-", i), limit, 10)
 	}
 	if r := take(t, s, "hot", limit, 10); !r.Allowed || s.Stats().Evictions == 0 {
-		t.Fatalf("the hot tenant survived its eviction: %+v, %+v", r, s.Stats())
+		t.Fatalf("the tenant survived its eviction: %+v, %+v", r, s.Stats())
 	}
 }
 
-// TestHotTenantRace has goroutines take from one tenant while it is
-// reset, so that it is hot and dropped at once: every reset starts a
-// fresh burst, and no request takes from a dropped tenant.
-func TestHotTenantRace(t *testing.T) {
+// TestBusyTenantReset has goroutines take from one tenant at once, round
+// after round, with a reset between rounds: every reset starts a fresh
+// burst, and no request takes from a dropped tenant.
+func TestBusyTenantReset(t *testing.T) {
 	clock := storetest.NewClock()
 	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
 	lim := tollgate.Limit{Rate: 1, Burst: 1000}
@@ -242,4 +236,60 @@ func TestInFlightConcurrency(t *testing.T) {
 	s := memory.New(memory.WithClock(clock.Now))
 	defer s.Close()
 	storetest.RunInFlight(t, []tollgate.Store{s}, clock, 100_000)
+}
+
+// TestTablesGrowAndShrinkUnderTakes has goroutines take from spent tenants
+// while another adds tens of thousands of tenants, which makes the shards
+// rebuild their tables again and again, and sweeps them, which makes the
+// tables shrink: a request that finds no tenant during a rebuild would
+// start it afresh, with a full bucket, so not one of the spent tenants'
+// requests may be allowed.
+func TestTablesGrowAndShrinkUnderTakes(t *testing.T) {
+	clock := storetest.NewClock()
+	// 32 shards, which the floods fill with 625 tenants each.
+	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0), memory.WithMaxKeys(100_000))
+	ctx := context.Background()
+	spent := tollgate.Limit{Rate: 1e-6, Burst: 1} // no token back during the test
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = fmt.Sprint("spent-", i)
+		if r, _ := s.Take(ctx, keys[i], spent, 1); !r.Allowed {
+			t.Fatal("a fresh tenant was denied")
+		}
+	}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 2 {
+		wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if r, _ := s.Take(ctx, keys[i%len(keys)], spent, 1); r.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	flood := tollgate.Limit{Rate: 1000, Burst: 10}
+	for round := range 4 {
+		for i := range 20_000 {
+			s.Take(ctx, fmt.Sprint("flood-", round, "-", i), flood, 1)
+		}
+		clock.Advance(time.Second) // every flood tenant is idle again
+		if n := s.Sweep(); n != 20_000 {
+			t.Errorf("round %d: the sweep dropped %d tenants, want the 20,000 of the flood", round, n)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if n := allowed.Load(); n > 0 {
+		t.Fatalf("%d requests of spent tenants allowed while the tables were rebuilt", n)
+	}
+	if n := s.Stats().Tenants; n != int64(len(keys)) {
+		t.Fatalf("%d tenants held after the floods were swept, want %d", n, len(keys))
+	}
 }

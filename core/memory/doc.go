@@ -18,9 +18,8 @@
 //
 // Each tenant's main bucket, the one Take uses (Rule.Name ""), is a word
 // that a request moves by compare-and-swap: a Take, or an Op on the main
-// bucket alone, takes no lock of the tenant's, only a shared read lock to
-// find it, and not even that for a tenant whose requests arrive on several
-// cores at once. An Op on several rules holds the tenant's lock, so that
+// bucket alone, takes no lock, neither to find the tenant nor to change
+// its bucket. An Op on several rules holds the tenant's lock, so that
 // its other rules change under no one else; it reads every state, decides,
 // and writes the main bucket first, by compare-and-swap: if a lock-free
 // Take moved it meanwhile, the Op decides again, having written nothing.
@@ -39,8 +38,8 @@
 //
 // The Store holds at most a fixed number of tenants (WithMaxKeys, a
 // million by default), so that a flood of made-up tenant IDs cannot
-// exhaust memory. Tenants live in shards, plain maps each holding a share
-// of the cap. A new tenant that finds its shard full makes room: idle
+// exhaust memory. Tenants live in shards, open-addressing tables each
+// holding a share of the cap. A new tenant that finds its shard full makes room: idle
 // tenants go first, then, if that is not enough, the tenants with the
 // least of a limit spent, so that a flood does not hand the tenants being
 // throttled a fresh burst; a tenant with a request in flight is kept as a

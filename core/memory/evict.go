@@ -78,7 +78,7 @@ func (tn *tenant) classLocked(tat, t, wall int64) int {
 
 // killIdle marks tn dead if every rule of it is idle at t (wall, for
 // quotas), and returns whether it did and, if not, tn's eviction class.
-// sh.mu is held for writing: the caller takes tn out of sh.
+// sh.mu is held: the caller takes tn out of sh.
 func killIdle(tn *tenant, t, wall int64) (killed bool, class int) {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
@@ -92,7 +92,7 @@ func killIdle(tn *tenant, t, wall int64) (killed bool, class int) {
 }
 
 // killUpTo marks tn dead if its eviction class is at most limit, and
-// returns its class and whether it did. sh.mu is held for writing.
+// returns its class and whether it did. sh.mu is held.
 func killUpTo(tn *tenant, limit int, t, wall int64) (int, bool) {
 	tn.mu.Lock()
 	defer tn.mu.Unlock()
@@ -130,6 +130,11 @@ func (tb *table) sweep() int {
 			}
 			return killed, false
 		})
+		// A shard whose tenants have mostly gone gives back the
+		// memory of their entries.
+		if p := sh.entries.Load(); p != nil && len(*p) > 8 && sh.n*8 < len(*p) {
+			sh.rebuild(sh.n)
+		}
 		sh.mu.Unlock()
 	}
 	return dropped
@@ -149,8 +154,7 @@ func (tb *table) sweepEvery(d time.Duration, stop <-chan struct{}) {
 	}
 }
 
-// reclaim makes room in sh, which is at its cap; sh.mu is held for
-// writing. It drops the idle tenants; if that frees less than an eighth of
+// reclaim makes room in sh, which is at its cap; sh.mu is held. It drops the idle tenants; if that frees less than an eighth of
 // the shard, it evicts tenants by class, least spent first, up to that
 // eighth, protected ones only if nothing else is left. It frees at least
 // one place.

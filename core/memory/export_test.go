@@ -23,17 +23,3 @@ func NewColliding(n uint64, opts ...Option) *Store {
 // SweeperDone returns a channel closed once s's sweeper has stopped. It
 // does not keep s reachable.
 func SweeperDone(s *Store) <-chan struct{} { return s.stopper.done }
-
-// MakeHot marks key's tenant as one that requests on several cores take
-// from at once, as a lost compare-and-swap does, and reports whether the
-// Store holds the tenant.
-func MakeHot(s *Store, key string) bool {
-	var k lookup
-	s.tb.lookup(key, &k)
-	tn := k.find()
-	if tn == nil {
-		return false
-	}
-	k.sh.hot.Store(tn)
-	return true
-}

@@ -82,12 +82,6 @@ func (tb *table) takeBucket(tenant string, r *storekit.Rule, cost, maxDelay, t i
 			res, _ = bucketResult(tat, t, r, cost, true)
 			return res, true, max(wait, 0)
 		}
-		// Another request moved the bucket first: the tenant is taken
-		// from on several cores at once. (One dropped meanwhile may
-		// stay remembered until another takes its place; find skips
-		// it.)
-		if k.sh.hot.Load() != tn && tn.tat.Load() != deadTAT {
-			k.sh.hot.Store(tn)
-		}
+		// Another request moved the bucket first: decide again.
 	}
 }

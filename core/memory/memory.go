@@ -214,9 +214,9 @@ func (s *Store) Stats() storekit.Stats {
 	n := 0
 	for i := range s.tb.shards {
 		sh := &s.tb.shards[i].shard
-		sh.mu.RLock()
+		sh.mu.Lock()
 		n += sh.n
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	return storekit.Stats{Tenants: int64(n), Evictions: s.tb.evictions.Load(), DrainedEvictions: s.tb.drained.Load()}
 }

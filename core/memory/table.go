@@ -12,20 +12,20 @@ import (
 	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
-// A table holds the Store's tenants in shards: plain maps, each behind a
-// read-write lock and with a share of the key cap, so that making room at
-// the cap is a pass over one shard, not over the whole Store. A tenant ID
-// is hashed once, with a seed of the table's own: the hash picks the
-// shard and is the tenant's key in the shard's map, which holds the
-// tenants whose IDs share a hash in a chain. A Take holds its shard's read
-// lock only to find its tenant; the tenant's state is then changed by
-// compare-and-swap, or under the tenant's own lock.
+// A table holds the Store's tenants in shards, each with a share of the
+// key cap, so that making room at the cap is a pass over one shard, not
+// over the whole Store. A tenant ID is hashed once, with a seed of the
+// table's own: the hash picks the shard and the tenant's place in it.
 //
-// Plain maps rather than a sync.Map: they hold a tenant in less memory and
-// find it among many in fewer cache misses. The price is the read lock,
-// whose count the requests of one busy tenant, arriving on several cores
-// at once, would pass from core to core: a shard remembers such a tenant
-// (hot) and finds it without the lock.
+// A shard is an open-addressing table of tenant pointers that requests
+// read without a lock: a Go map would need a read lock, whose count the
+// requests on several cores would pass from core to core on every
+// request. Inserting and dropping tenants hold the shard's lock; a table
+// that fills is rebuilt and replaced whole, so that a reader sees either
+// table, never one being changed but for single entries. A dropped
+// tenant's entry becomes a tombstone, which probes pass over, and its TAT
+// becomes deadTAT, so that a request that found it just before looks
+// again.
 type table struct {
 	seed      maphash.Seed
 	hashMask  uint64 // all ones; tests narrow it to make IDs share hashes
@@ -37,16 +37,29 @@ type table struct {
 }
 
 type shard struct {
-	mu  sync.RWMutex       // the write lock guards m, n, chains and every tenant's deadTAT
-	m   map[uint64]*tenant // by the hash of the ID
-	n   int                // tenants held
-	cap int
-
-	// hot is a tenant that requests on several cores take from at once
-	// (see takeBucket), which they find without the read lock: the
-	// lock's count would pass from core to core on every request.
-	hot atomic.Pointer[tenant]
+	mu      sync.Mutex              // guards writes to entries, n and used, and every tenant's deadTAT
+	entries atomic.Pointer[[]entry] // nil until the first tenant; a power of two long
+	n       int                     // tenants held
+	used    int                     // entries that are not nil: tenants and tombstones
+	cap     int
 }
+
+// An entry of a shard holds a tenant and its hash, a tombstone, or nil:
+// the end of a probe. The hash beside the pointer lets a probe pass the
+// entries of other tenants without reading them, a cache miss each.
+type entry struct {
+	hash atomic.Uint64 // stored before tn
+	tn   atomic.Pointer[tenant]
+}
+
+// set makes e hold tn.
+func (e *entry) set(tn *tenant) {
+	e.hash.Store(tn.hash)
+	e.tn.Store(tn)
+}
+
+// tombstone marks the entry of a dropped tenant.
+var tombstone = new(tenant)
 
 // paddedShard keeps each shard's lock on a cache line of its own, so that
 // goroutines on different shards do not slow each other down.
@@ -77,7 +90,6 @@ func newTable(maxKeys int, c clock) *table {
 		if i < maxKeys%n {
 			sh.cap++
 		}
-		sh.m = make(map[uint64]*tenant)
 	}
 	return tb
 }
@@ -91,8 +103,8 @@ type tenant struct {
 	tol    atomic.Int64 // the main bucket's tolerance when last taken from, to rank it for eviction
 	mu     sync.Mutex   // guards others; held to drop the tenant
 	others *[]ruleState // nil when the tenant has no other rule in use
+	hash   uint64       // of the ID, with the table's seed
 	id     string       // the tenant's ID, as its shard keeps it (see lookup)
-	next   *tenant      // the next tenant whose ID has the same hash
 }
 
 // A ruleState is the state of one rule of a tenant other than its main
@@ -207,30 +219,37 @@ func (tb *table) lookup(tenant string, k *lookup) {
 
 // is reports whether tn is k's tenant.
 func (k *lookup) is(tn *tenant) bool {
+	if tn.hash != k.h {
+		return false
+	}
 	if k.hashed {
 		return tn.id == string(k.digest[:])
 	}
 	return tn.id == k.id
 }
 
-// get returns k's tenant, or nil; k.sh.mu is held.
-func (k *lookup) get() *tenant {
-	tn := k.sh.m[k.h]
-	for tn != nil && !k.is(tn) {
-		tn = tn.next
-	}
-	return tn
-}
+// home returns where k's probe starts in entries of length n: bits of the
+// hash above those that picked the shard.
+func (k *lookup) home(n int) int { return int(k.h>>16) & (n - 1) }
 
-// find returns k's tenant, or nil.
+// find returns k's tenant, or nil, without a lock. The tenant may be
+// dropped meanwhile: its TAT is then deadTAT.
 func (k *lookup) find() *tenant {
-	if tn := k.sh.hot.Load(); tn != nil && k.is(tn) && tn.tat.Load() != deadTAT {
-		return tn
+	p := k.sh.entries.Load()
+	if p == nil {
+		return nil
 	}
-	k.sh.mu.RLock()
-	tn := k.get()
-	k.sh.mu.RUnlock()
-	return tn
+	es := *p
+	for i := k.home(len(es)); ; i = (i + 1) & (len(es) - 1) {
+		e := &es[i]
+		tn := e.tn.Load()
+		if tn == nil {
+			return nil
+		}
+		if e.hash.Load() == k.h && tn != tombstone && k.is(tn) {
+			return tn
+		}
+	}
 }
 
 // insert returns k's tenant, adding it to its shard if it is not there;
@@ -239,21 +258,61 @@ func (tb *table) insert(k *lookup) *tenant {
 	sh := k.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if tn := k.get(); tn != nil {
+	if tn := k.find(); tn != nil {
 		return tn
 	}
 	if sh.n >= sh.cap {
 		tb.reclaim(sh)
 	}
 	// A copy: the caller's string may live in a buffer it reuses.
-	tn := &tenant{id: strings.Clone(k.id), next: sh.m[k.h]}
+	tn := &tenant{id: strings.Clone(k.id), hash: k.h}
 	if k.hashed {
 		tn.id = string(k.digest[:])
 	}
 	tn.tat.Store(fullTAT)
-	sh.m[k.h] = tn
+	p := sh.entries.Load()
+	// Entries stay at most three quarters used, so that a probe is
+	// short and always ends at a nil one.
+	if p == nil || (sh.used+1)*4 > len(*p)*3 {
+		p = sh.rebuild(sh.n + 1)
+	}
+	es := *p
+	i := k.home(len(es))
+	for e := es[i].tn.Load(); e != nil && e != tombstone; e = es[i].tn.Load() {
+		i = (i + 1) & (len(es) - 1)
+	}
+	if es[i].tn.Load() == nil {
+		sh.used++
+	}
+	es[i].set(tn)
 	sh.n++
 	return tn
+}
+
+// rebuild replaces sh's entries by new ones, without tombstones, with room
+// for room tenants at half use, and returns them. sh.mu is held.
+func (sh *shard) rebuild(room int) *[]entry {
+	n := 8
+	for n < 2*room {
+		n *= 2
+	}
+	es := make([]entry, n)
+	if p := sh.entries.Load(); p != nil {
+		for i := range *p {
+			tn := (*p)[i].tn.Load()
+			if tn == nil || tn == tombstone {
+				continue
+			}
+			j := int(tn.hash>>16) & (n - 1)
+			for es[j].tn.Load() != nil {
+				j = (j + 1) & (n - 1)
+			}
+			es[j].set(tn)
+		}
+	}
+	sh.used = sh.n
+	sh.entries.Store(&es)
+	return &es
 }
 
 // reset forgets k's tenant but for the leases of its requests in flight,
@@ -263,9 +322,17 @@ func (tb *table) reset(k *lookup) {
 	sh := k.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	var prev *tenant
-	for tn := sh.m[k.h]; tn != nil; prev, tn = tn, tn.next {
-		if !k.is(tn) {
+	p := sh.entries.Load()
+	if p == nil {
+		return
+	}
+	es := *p
+	for i := k.home(len(es)); ; i = (i + 1) & (len(es) - 1) {
+		tn := es[i].tn.Load()
+		if tn == nil {
+			return
+		}
+		if tn == tombstone || !k.is(tn) {
 			continue
 		}
 		tn.mu.Lock()
@@ -280,7 +347,7 @@ func (tb *table) reset(k *lookup) {
 		}
 		if len(kept) == 0 {
 			tn.tat.Store(deadTAT)
-			sh.unlink(k.h, prev, tn)
+			sh.drop(&es[i])
 			return
 		}
 		// A lock-free Take that read the old TAT fails its
@@ -291,38 +358,31 @@ func (tb *table) reset(k *lookup) {
 	}
 }
 
-// unlink takes tn, which follows prev (nil if it is the first) in the
-// chain of hash h, out of sh. sh.mu is held for writing.
-func (sh *shard) unlink(h uint64, prev, tn *tenant) {
-	sh.hot.CompareAndSwap(tn, nil)
-	switch {
-	case prev != nil:
-		prev.next = tn.next
-	case tn.next != nil:
-		sh.m[h] = tn.next
-	default:
-		delete(sh.m, h)
-	}
+// drop takes the tenant of e out of sh. sh.mu is held.
+func (sh *shard) drop(e *entry) {
+	e.tn.Store(tombstone)
 	sh.n--
 }
 
 // scan calls visit on the tenants of sh and takes out those it drops,
-// until it asks to stop. sh.mu is held for writing.
+// until it asks to stop. sh.mu is held.
 func (sh *shard) scan(visit func(tn *tenant) (drop, stop bool)) {
-	for h, tn := range sh.m {
-		var prev *tenant
-		for tn != nil {
-			next := tn.next
-			drop, stop := visit(tn)
-			if drop {
-				sh.unlink(h, prev, tn)
-			} else {
-				prev = tn
-			}
-			if stop {
-				return
-			}
-			tn = next
+	p := sh.entries.Load()
+	if p == nil {
+		return
+	}
+	es := *p
+	for i := range es {
+		tn := es[i].tn.Load()
+		if tn == nil || tn == tombstone {
+			continue
+		}
+		drop, stop := visit(tn)
+		if drop {
+			sh.drop(&es[i])
+		}
+		if stop {
+			return
 		}
 	}
 }
