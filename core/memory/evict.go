@@ -131,8 +131,9 @@ func (tb *table) sweep() int {
 			return killed, false
 		})
 		// A shard whose tenants have mostly gone gives back the
-		// memory of their entries.
-		if p := sh.entries.Load(); p != nil && len(*p) > 8 && sh.n*8 < len(*p) {
+		// memory of their entries, and one with many tombstones drops
+		// them.
+		if p := sh.entries.Load(); p != nil && len(*p) > 8 && (sh.n*8 < len(*p) || (sh.used-sh.n)*4 > len(*p)) {
 			sh.rebuild(sh.n)
 		}
 		sh.mu.Unlock()

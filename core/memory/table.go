@@ -274,7 +274,7 @@ func (tb *table) insert(k *lookup) *tenant {
 	// Entries stay at most three quarters used, so that a probe is
 	// short and always ends at a nil one.
 	if p == nil || (sh.used+1)*4 > len(*p)*3 {
-		p = sh.rebuild(sh.n + 1)
+		p = sh.rebuild(sh.n)
 	}
 	es := *p
 	i := k.home(len(es))
