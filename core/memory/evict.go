@@ -155,10 +155,11 @@ func (tb *table) sweepEvery(d time.Duration, stop <-chan struct{}) {
 	}
 }
 
-// reclaim makes room in sh, which is at its cap; sh.mu is held. It drops the idle tenants; if that frees less than an eighth of
-// the shard, it evicts tenants by class, least spent first, up to that
-// eighth, protected ones only if nothing else is left. It frees at least
-// one place.
+// reclaim makes room in sh, which is at its cap; sh.mu is held. It drops
+// the idle tenants; if that frees less than an eighth of the shard, it
+// evicts tenants by class, least spent first, up to that eighth,
+// protected ones only if nothing else is left. It frees at least one
+// place.
 func (tb *table) reclaim(sh *shard) {
 	t, wall := tb.now()
 	want := max(1, sh.cap/8)

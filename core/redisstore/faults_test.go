@@ -394,7 +394,12 @@ func TestFaultTimeZonesLoadedPerCall(t *testing.T) {
 	}
 	for name, resolver := range map[string]tollgate.PlanResolver{"plain": fromDB, "caching": cached} {
 		t.Run(name, func(t *testing.T) {
-			l, err := tollgate.New(newStore(t, sharedClient(t)), resolver, tollgate.WithLogger(nil))
+			// Bounds far past the defaults: this test counts memory,
+			// and a round trip or a time zone lookup that a loaded
+			// machine (-race, every package at once) stretches past
+			// 50 or 100 ms is not its fault.
+			l, err := tollgate.New(newStore(t, sharedClient(t), redisstore.WithTimeout(2*time.Second)), resolver,
+				tollgate.WithLogger(nil), tollgate.WithResolverTimeout(2*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
