@@ -20,8 +20,9 @@ import (
 // modulePrefix starts the path of every tollgate module.
 const modulePrefix = "github.com/tollgate-go/tollgate/"
 
-// TestProgramsBuildAlone copies every whole program of the docs into a
-// module of its own outside the workspace, as a user who copies it would,
+// TestProgramsBuildAlone copies every whole program of the docs, and the
+// main.go of every example app, into a module of its own outside the
+// workspace, as a user who copies it would,
 // with a replace directive only for each tollgate module it imports (they
 // have no release yet), then runs go mod tidy and go build there. It fails
 // when a program needs a tollgate module that it does not import, such as
@@ -47,6 +48,18 @@ func TestProgramsBuildAlone(t *testing.T) {
 	if len(programs) == 0 {
 		t.Fatal("no whole programs found in the docs")
 	}
+	apps, err := filepath.Glob(filepath.Join(root, "examples", "*", "main.go"))
+	if err != nil || len(apps) == 0 {
+		t.Fatalf("no example apps found: %v", err)
+	}
+	for _, app := range apps {
+		code, err := os.ReadFile(app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, app)
+		programs = append(programs, snippet{file: filepath.ToSlash(rel), line: 1, code: string(code)})
+	}
 	workspace, err := workspaceModules()
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +77,9 @@ func TestProgramsBuildAlone(t *testing.T) {
 	slots := make(chan struct{}, 4) // builds link large binaries: a few at a time
 	for i, s := range programs {
 		name := fmt.Sprintf("%s-%d", strings.TrimSuffix(filepath.Base(s.file), ".md"), s.line)
+		if filepath.Base(s.file) == "main.go" {
+			name = "example-" + filepath.Base(filepath.Dir(s.file))
+		}
 		mod := filepath.Join(dir, fmt.Sprintf("p%02d", i))
 		wg.Go(func() {
 			slots <- struct{}{}
