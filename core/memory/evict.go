@@ -118,7 +118,7 @@ func (tb *table) sweep() int {
 	for i := range tb.shards {
 		sh := &tb.shards[i].shard
 		sh.mu.Lock()
-		sh.scan(func(tn *tenant) (bool, bool) {
+		sh.scan(0, func(tn *tenant) (bool, bool) {
 			// Most tenants still being limited are skipped here,
 			// without their lock.
 			if tn.tat.Load() > t {
@@ -165,7 +165,7 @@ func (tb *table) reclaim(sh *shard) {
 	want := max(1, sh.cap/8)
 	var classes [numClasses]int
 	dropped := 0
-	sh.scan(func(tn *tenant) (bool, bool) {
+	sh.scan(0, func(tn *tenant) (bool, bool) {
 		killed, c := killIdle(tn, t, wall)
 		if killed {
 			dropped++
@@ -208,7 +208,11 @@ func (tb *table) reclaim(sh *shard) {
 		}
 		return killed, evicted == n
 	}
-	sh.scan(func(tn *tenant) (bool, bool) {
+	// Each pass takes up where the last one stopped, as a clock hand
+	// does: passes that all began at the first entry would leave their
+	// tombstones at the front of the table and crowd the new tenants
+	// into the rest, where probes would grow hundreds of entries long.
+	sh.hand = sh.scan(sh.hand, func(tn *tenant) (bool, bool) {
 		if atLast > 0 {
 			return evict(tn, last)
 		}
@@ -217,7 +221,7 @@ func (tb *table) reclaim(sh *shard) {
 	// Every candidate was taken from meanwhile: evict whichever comes
 	// first, so that the cap holds.
 	for evicted == 0 && dropped == 0 {
-		sh.scan(func(tn *tenant) (bool, bool) { return evict(tn, numClasses) })
+		sh.hand = sh.scan(sh.hand, func(tn *tenant) (bool, bool) { return evict(tn, numClasses) })
 	}
 	tb.evictions.Add(uint64(evicted))
 	tb.drained.Add(uint64(drained))

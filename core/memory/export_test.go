@@ -23,3 +23,26 @@ func NewColliding(n uint64, opts ...Option) *Store {
 // SweeperDone returns a channel closed once s's sweeper has stopped. It
 // does not keep s reachable.
 func SweeperDone(s *Store) <-chan struct{} { return s.stopper.done }
+
+// ProbeLength returns how many entries a lookup of an ID the Store does
+// not hold reads, on average over every place in its tables where a probe
+// can start.
+func ProbeLength(s *Store) float64 {
+	probes, homes := 0, 0
+	for i := range s.tb.shards {
+		sh := &s.tb.shards[i].shard
+		sh.mu.Lock()
+		if p := sh.entries.Load(); p != nil {
+			es := *p
+			for h := range es {
+				probes++
+				for pr := probeFrom(h, len(es)); es[pr.at].tn.Load() != nil; pr.next() {
+					probes++
+				}
+			}
+			homes += len(es)
+		}
+		sh.mu.Unlock()
+	}
+	return float64(probes) / float64(max(homes, 1))
+}

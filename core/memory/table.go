@@ -42,6 +42,7 @@ type shard struct {
 	n       int                     // tenants held
 	used    int                     // entries that are not nil: tenants and tombstones
 	cap     int
+	hand    int // the entry where the next eviction pass starts (see reclaim)
 }
 
 // An entry of a shard holds a tenant and its hash, a tombstone, or nil:
@@ -230,7 +231,23 @@ func (k *lookup) is(tn *tenant) bool {
 
 // home returns where k's probe starts in entries of length n: bits of the
 // hash above those that picked the shard.
-func (k *lookup) home(n int) int { return int(k.h>>16) & (n - 1) }
+func (k *lookup) home(n int) int { return home(k.h, n) }
+
+func home(h uint64, n int) int { return int(h>>16) & (n - 1) }
+
+// A probe is the order in which a tenant's entry is looked for in entries
+// of a power-of-two length: from its home, steps of 1, 2, 3 and so on,
+// which visit every entry once. Steps of one would let tenants pile up in
+// long runs wherever evictions, which leave tombstones, have not been
+// lately, and a probe that starts in a run walks it to its end.
+type probe struct{ at, step, mask int }
+
+func probeFrom(home, n int) probe { return probe{at: home, mask: n - 1} }
+
+func (p *probe) next() {
+	p.step++
+	p.at = (p.at + p.step) & p.mask
+}
 
 // find returns k's tenant, or nil, without a lock. The tenant may be
 // dropped meanwhile: its TAT is then deadTAT.
@@ -240,8 +257,8 @@ func (k *lookup) find() *tenant {
 		return nil
 	}
 	es := *p
-	for i := k.home(len(es)); ; i = (i + 1) & (len(es) - 1) {
-		e := &es[i]
+	for pr := probeFrom(k.home(len(es)), len(es)); ; pr.next() {
+		e := &es[pr.at]
 		tn := e.tn.Load()
 		if tn == nil {
 			return nil
@@ -277,14 +294,14 @@ func (tb *table) insert(k *lookup) *tenant {
 		p = sh.rebuild(sh.n)
 	}
 	es := *p
-	i := k.home(len(es))
-	for e := es[i].tn.Load(); e != nil && e != tombstone; e = es[i].tn.Load() {
-		i = (i + 1) & (len(es) - 1)
+	pr := probeFrom(k.home(len(es)), len(es))
+	for e := es[pr.at].tn.Load(); e != nil && e != tombstone; e = es[pr.at].tn.Load() {
+		pr.next()
 	}
-	if es[i].tn.Load() == nil {
+	if es[pr.at].tn.Load() == nil {
 		sh.used++
 	}
-	es[i].set(tn)
+	es[pr.at].set(tn)
 	sh.n++
 	return tn
 }
@@ -303,11 +320,11 @@ func (sh *shard) rebuild(room int) *[]entry {
 			if tn == nil || tn == tombstone {
 				continue
 			}
-			j := int(tn.hash>>16) & (n - 1)
-			for es[j].tn.Load() != nil {
-				j = (j + 1) & (n - 1)
+			pr := probeFrom(home(tn.hash, n), n)
+			for es[pr.at].tn.Load() != nil {
+				pr.next()
 			}
-			es[j].set(tn)
+			es[pr.at].set(tn)
 		}
 	}
 	sh.used = sh.n
@@ -327,7 +344,8 @@ func (tb *table) reset(k *lookup) {
 		return
 	}
 	es := *p
-	for i := k.home(len(es)); ; i = (i + 1) & (len(es) - 1) {
+	for pr := probeFrom(k.home(len(es)), len(es)); ; pr.next() {
+		i := pr.at
 		tn := es[i].tn.Load()
 		if tn == nil {
 			return
@@ -364,15 +382,18 @@ func (sh *shard) drop(e *entry) {
 	sh.n--
 }
 
-// scan calls visit on the tenants of sh and takes out those it drops,
-// until it asks to stop. sh.mu is held.
-func (sh *shard) scan(visit func(tn *tenant) (drop, stop bool)) {
+// scan calls visit on the tenants of sh, from entry from round to the one
+// before it, and takes out those it drops, until visit asks to stop. It
+// returns the entry after the last one visited. sh.mu is held.
+func (sh *shard) scan(from int, visit func(tn *tenant) (drop, stop bool)) int {
 	p := sh.entries.Load()
 	if p == nil {
-		return
+		return 0
 	}
 	es := *p
-	for i := range es {
+	mask := len(es) - 1
+	for j := range es {
+		i := (from + j) & mask
 		tn := es[i].tn.Load()
 		if tn == nil || tn == tombstone {
 			continue
@@ -382,7 +403,8 @@ func (sh *shard) scan(visit func(tn *tenant) (drop, stop bool)) {
 			sh.drop(&es[i])
 		}
 		if stop {
-			return
+			return (i + 1) & mask
 		}
 	}
+	return from & mask
 }
