@@ -242,9 +242,6 @@ func TestFloodConcurrent(t *testing.T) {
 	}
 }
 
-// TestFloodMemoryIsBounded sends 100,000 made-up tenants, with IDs of up
-// to 256 bytes, through a Store capped at 10,000: the heap it holds stays
-// that of 10,000 tenants.
 // TestFloodKeepsProbesShort floods a Store at its cap with new IDs: each
 // eviction pass leaves tombstones, and new tenants fill the places that
 // evictions have not reached. A lookup of an ID the Store does not hold,
@@ -271,6 +268,9 @@ func TestFloodKeepsProbesShort(t *testing.T) {
 	}
 }
 
+// TestFloodMemoryIsBounded sends 100,000 made-up tenants, with IDs of up
+// to 256 bytes, through a Store capped at 10,000: the heap it holds stays
+// that of 10,000 tenants.
 func TestFloodMemoryIsBounded(t *testing.T) {
 	clock := storetest.NewClock()
 	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0), memory.WithMaxKeys(10_000))
