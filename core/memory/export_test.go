@@ -36,7 +36,7 @@ func ProbeLength(s *Store) float64 {
 			es := *p
 			for h := range es {
 				probes++
-				for pr := probeFrom(h, len(es)); es[pr.at].tn.Load() != nil; pr.next() {
+				for pr := (probe{at: h, mask: len(es) - 1}); es[pr.at].tn.Load() != nil; pr.next() {
 					probes++
 				}
 			}

@@ -229,12 +229,6 @@ func (k *lookup) is(tn *tenant) bool {
 	return tn.id == k.id
 }
 
-// home returns where k's probe starts in entries of length n: bits of the
-// hash above those that picked the shard.
-func (k *lookup) home(n int) int { return home(k.h, n) }
-
-func home(h uint64, n int) int { return int(h>>16) & (n - 1) }
-
 // A probe is the order in which a tenant's entry is looked for in entries
 // of a power-of-two length: from its home, steps of 1, 2, 3 and so on,
 // which visit every entry once. Steps of one would let tenants pile up in
@@ -242,7 +236,9 @@ func home(h uint64, n int) int { return int(h>>16) & (n - 1) }
 // lately, and a probe that starts in a run walks it to its end.
 type probe struct{ at, step, mask int }
 
-func probeFrom(home, n int) probe { return probe{at: home, mask: n - 1} }
+// probeOf returns the probe of the hash h in entries of length n: its home
+// is bits of h above those that picked the shard.
+func probeOf(h uint64, n int) probe { return probe{at: int(h>>16) & (n - 1), mask: n - 1} }
 
 func (p *probe) next() {
 	p.step++
@@ -257,7 +253,7 @@ func (k *lookup) find() *tenant {
 		return nil
 	}
 	es := *p
-	for pr := probeFrom(k.home(len(es)), len(es)); ; pr.next() {
+	for pr := probeOf(k.h, len(es)); ; pr.next() {
 		e := &es[pr.at]
 		tn := e.tn.Load()
 		if tn == nil {
@@ -294,7 +290,7 @@ func (tb *table) insert(k *lookup) *tenant {
 		p = sh.rebuild(sh.n)
 	}
 	es := *p
-	pr := probeFrom(k.home(len(es)), len(es))
+	pr := probeOf(k.h, len(es))
 	for e := es[pr.at].tn.Load(); e != nil && e != tombstone; e = es[pr.at].tn.Load() {
 		pr.next()
 	}
@@ -320,7 +316,7 @@ func (sh *shard) rebuild(room int) *[]entry {
 			if tn == nil || tn == tombstone {
 				continue
 			}
-			pr := probeFrom(home(tn.hash, n), n)
+			pr := probeOf(tn.hash, n)
 			for es[pr.at].tn.Load() != nil {
 				pr.next()
 			}
@@ -344,7 +340,7 @@ func (tb *table) reset(k *lookup) {
 		return
 	}
 	es := *p
-	for pr := probeFrom(k.home(len(es)), len(es)); ; pr.next() {
+	for pr := probeOf(k.h, len(es)); ; pr.next() {
 		i := pr.at
 		tn := es[i].tn.Load()
 		if tn == nil {

@@ -22,12 +22,11 @@ const modulePrefix = "github.com/tollgate-go/tollgate/"
 
 // TestProgramsBuildAlone copies every whole program of the docs, and the
 // main.go of every example app, into a module of its own outside the
-// workspace, as a user who copies it would,
-// with a replace directive only for each tollgate module it imports (they
-// have no release yet), then runs go mod tidy and go build there. It fails
-// when a program needs a tollgate module that it does not import, such as
-// a test helper that a module it imports requires: go mod tidy would look
-// for it in vain.
+// workspace, as a user who copies it would, with a replace directive only
+// for each tollgate module it imports (they have no release yet), then
+// runs go mod tidy and go build there. It fails when a program needs a
+// tollgate module that it does not import, such as a test helper that a
+// module it imports requires: go mod tidy would look for it in vain.
 //
 // The third-party modules a program imports start at the versions this
 // module requires, and go.sum starts as this module's, so that with a warm
