@@ -38,6 +38,12 @@
 -- Every command goes through call or pcall; the test of declared keys
 -- replaces this line with wrappers that fail on any key not in KEYS.
 local call, pcall = redis.call, redis.pcall
+local tonumber, floor, ceil, max, min = tonumber, math.floor, math.ceil, math.max, math.min
+local format, match = string.format, string.match
+
+-- none stands for the caps and leases of an Op that has no in-flight cap,
+-- which most have: it is never written.
+local none = {}
 
 -- No valid state lies further from now: a hundred years of burst and a
 -- hundred years of reservation, with room to spare.
@@ -52,7 +58,7 @@ if ARGV[1] == '' then
   local t = call('TIME')
   now_sec, now_usec = tonumber(t[1]), tonumber(t[2])
 else
-  local sec, usec = string.match(ARGV[1], '^(%d+)%.(%d+)$')
+  local sec, usec = match(ARGV[1], '^(%d+)%.(%d+)$')
   now_sec, now_usec = tonumber(sec), tonumber(usec)
   slack = 3600000
 end
@@ -60,7 +66,7 @@ end
 -- at returns a time "<sec>.<usec>" as microseconds from now, or nil if it
 -- is not one or lies beyond the horizon.
 local function at(s)
-  local sec, usec = string.match(s, '^(%d+)%.(%d%d%d%d%d%d)$')
+  local sec, usec = match(s, '^(%d+)%.(%d%d%d%d%d%d)$')
   if sec ~= nil and #sec <= 12 then
     local d = (tonumber(sec) - now_sec) * 1e6 + (tonumber(usec) - now_usec)
     if d <= horizon then
@@ -73,16 +79,16 @@ end
 -- exactly: d / 1e6 in doubles may round up to the next integer.
 local function stamp(d)
   local us = now_usec + d
-  local sec = math.floor(us / 1e6)
+  local sec = floor(us / 1e6)
   us = us - sec * 1e6
   if us < 0 then
     sec, us = sec - 1, us + 1e6
   end
-  return string.format('%d.%06d', now_sec + sec, us)
+  return format('%d.%06d', now_sec + sec, us)
 end
 
 -- now_us is now in microseconds since 1970, as a set's scores count.
-local now_us = string.format('%d', now_sec * 1e6 + now_usec)
+local now_us = format('%d', now_sec * 1e6 + now_usec)
 
 -- expire_set sets the TTL of the sorted set of leases set to end when
 -- its last lease expires.
@@ -90,7 +96,7 @@ local function expire_set(set)
   local last = call('ZRANGE', set, -1, -1, 'WITHSCORES')
   if last[2] then
     local left = (tonumber(last[2]) - now_sec * 1e6) - now_usec
-    call('PEXPIRE', set, math.max(math.ceil(left / 1000), 0) + slack)
+    call('PEXPIRE', set, max(ceil(left / 1000), 0) + slack)
   end
 end
 
@@ -109,9 +115,12 @@ local function apply(k, a)
   end
 
   -- caps[i] is the sorted set of rule i if it is an in-flight cap.
-  local caps, next_key = {}, k + 1
+  local caps, held, next_key = none, none, k + 1
   for i = 1, n do
     if ARGV[figures + 4 * i - 2] == '-1' then
+      if caps == none then
+        caps, held = {}, {}
+      end
       caps[i], next_key = KEYS[next_key], next_key + 1
     end
   end
@@ -144,7 +153,6 @@ local function apply(k, a)
   -- held[set] is how many leases of a cap are live; caps that name one
   -- set share it. Expired leases go first, and with them a key of
   -- another type fails the Op before anything is written.
-  local held = {}
   for i = 1, n do
     local set = caps[i]
     if set and not held[set] then
@@ -174,7 +182,7 @@ local function apply(k, a)
           used = t
         end
       else
-        local us, es = string.match(v, '^(%d+):(.*)$')
+        local us, es = match(v, '^(%d+):(.*)$')
         local u, e = us and #us <= 15 and tonumber(us), es and at(es)
         if not u or not e then
           invalid = invalid or {}
@@ -192,7 +200,10 @@ local function apply(k, a)
 
   -- A Release or a Cancel gives the lease's slot back; a Renew moves a
   -- live lease's expiry.
-  local lease_end = string.format('%d', now_sec * 1e6 + now_usec + lease_ttl)
+  local lease_end
+  if caps ~= none then
+    lease_end = format('%d', now_sec * 1e6 + now_usec + lease_ttl)
+  end
   if kind == 4 or kind == 8 or kind == 9 then
     for set in pairs(held) do
       if kind == 9 then
@@ -221,16 +232,16 @@ local function apply(k, a)
     elseif interval > 0 then
       local need = cost * interval
       if dirty then
-        v = math.max(v - need, 0)
+        v = max(v - need, 0)
       end
       local wait = (v - burst * interval) + need
       if wait > 0 then
-        delay = math.max(delay, wait)
+        delay = max(delay, wait)
         allowed = allowed and wait <= max_delay
       end
     else
       if dirty then
-        v = math.max(v - cost, 0)
+        v = max(v - cost, 0)
       end
       allowed = allowed and v + cost <= burst
     end
@@ -242,7 +253,7 @@ local function apply(k, a)
     reply[2], reply[3] = 1, delay
   end
 
-  local sets, dels, keep = {}, nil, 0
+  local sets, dels, keep = nil, nil, 0
   for i = 1, n do
     local f = figures + 4 * i - 3
     local burst, interval, v, left = tonumber(ARGV[f]), tonumber(ARGV[f + 1]), reply[4 * i], reply[4 * i + 1]
@@ -254,10 +265,10 @@ local function apply(k, a)
       if granted then
         v = v + need
       end
-      local wait = math.max((v - tol) + need, 0)
+      local wait = max((v - tol) + need, 0)
       -- Whole tokens left: floor((tol - v) / interval), exactly.
-      local room = math.max(tol - v, 0)
-      remaining = math.floor(room / interval)
+      local room = max(tol - v, 0)
+      remaining = floor(room / interval)
       if remaining * interval > room then
         remaining = remaining - 1
       end
@@ -270,20 +281,21 @@ local function apply(k, a)
         v, left = v + cost, reply[4 * i + 2]
       end
       local over = v + cost > burst
-      ok, remaining, retry, reset = granted or not over, math.max(burst - v, 0), 0, 0
+      ok, remaining, retry, reset = granted or not over, max(burst - v, 0), 0, 0
       if over and not granted then
         retry = left
       end
       if v > 0 then
         reset = left
-        value = string.format('%d:%s', v, stamp(left))
+        value = format('%d:%s', v, stamp(left))
       end
     end
     reply[4 * i], reply[4 * i + 1], reply[4 * i + 2], reply[4 * i + 3] = ok and 1 or 0, remaining, retry, reset
     if dirty and interval >= 0 then
       if value then
+        sets = sets or {}
         sets[#sets + 1], sets[#sets + 2] = ARGV[names + i], value
-        keep = math.max(keep, reset)
+        keep = max(keep, reset)
       else
         dels = dels or {}
         dels[#dels + 1] = ARGV[names + i]
@@ -294,15 +306,15 @@ local function apply(k, a)
   if dels then
     call('HDEL', key, unpack(dels))
   end
-  if #sets > 0 then
+  if sets then
     -- The hash expires when every state in it is empty, its other rules'
     -- too, so its TTL only grows; some slack spares most Ops the PEXPIRE.
-    local ttl = math.ceil(keep / 1000)
-    local now_ms = now_sec * 1000 + math.floor(now_usec / 1000)
+    local ttl = ceil(keep / 1000)
+    local now_ms = now_sec * 1000 + floor(now_usec / 1000)
     local expires = tonumber(stored[1])
     if expires == nil or expires < now_ms + ttl then
-      ttl = ttl + math.max(math.min(ttl, 60000), slack)
-      sets[#sets + 1], sets[#sets + 2] = '~expires', string.format('%d', now_ms + ttl)
+      ttl = ttl + max(min(ttl, 60000), slack)
+      sets[#sets + 1], sets[#sets + 2] = '~expires', format('%d', now_ms + ttl)
       call('HSET', key, unpack(sets))
       call('PEXPIRE', key, ttl)
     else
@@ -322,7 +334,7 @@ local function apply(k, a)
   for i = 1, n do
     if caps[i] then
       local burst, v = tonumber(ARGV[figures + 4 * i - 3]), held[caps[i]]
-      reply[4 * i], reply[4 * i + 1], reply[4 * i + 2], reply[4 * i + 3] = (granted or v < burst) and 1 or 0, math.max(burst - v, 0), 0, 0
+      reply[4 * i], reply[4 * i + 1], reply[4 * i + 2], reply[4 * i + 3] = (granted or v < burst) and 1 or 0, max(burst - v, 0), 0, 0
     end
   end
 

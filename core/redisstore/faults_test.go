@@ -260,6 +260,7 @@ func TestFaultCPUSaturated(t *testing.T) {
 			defer stop()
 			var mu sync.Mutex
 			var allowed, degraded, failed, n int
+			kinds := map[string]int{}
 			var wg sync.WaitGroup
 			start := time.Now()
 			for range 64 {
@@ -275,6 +276,7 @@ func TestFaultCPUSaturated(t *testing.T) {
 							failed++
 						case d.Degraded:
 							degraded++
+							kinds[d.FailureKind()]++
 						case d.Allowed:
 							allowed++
 						}
@@ -285,8 +287,8 @@ func TestFaultCPUSaturated(t *testing.T) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			bound := 10 + int(20*elapsed.Seconds()) + 1
-			t.Logf("CPU saturated, 64 callers, %v: %d decisions, %d allowed (bound %d), %d degraded, %d errors",
-				elapsed.Round(time.Millisecond), n, allowed, bound, degraded, failed)
+			t.Logf("CPU saturated, 64 callers, %v: %d decisions, %d allowed (bound %d), %d degraded (%v), %d errors",
+				elapsed.Round(time.Millisecond), n, allowed, bound, degraded, kinds, failed)
 			if degraded > 0 || failed > 0 || allowed > bound {
 				t.Errorf("%d degraded, %d errors, %d allowed (bound %d); want 0, 0, within the bound", degraded, failed, allowed, bound)
 			}
