@@ -20,11 +20,11 @@ import (
 // the store's timeout as its read timeout, so the deadline that fails a call
 // starts when its command has been written: neither the wait in the queue,
 // nor getting a connection (which has a budget of its own, and which Check
-// does ahead of the first requests), nor a reader that the scheduler runs
-// late (see dialHook) counts against it. Only a Redis that has not answered
-// within the timeout of the write fails a call, and only such failures,
-// counted per round trip, open the circuit breaker; an open breaker fails
-// the calls still queued, and new ones, at once.
+// does ahead of the first requests), nor a reader or a writer that the
+// scheduler runs late (see dialHook) counts against it. Only a Redis that
+// has not answered within the timeout of the write fails a call, and only
+// such failures, counted per round trip, open the circuit breaker; an open
+// breaker fails the calls still queued, and new ones, at once.
 //
 // A caller that gives up abandons its call, which is then not sent if it
 // was still queued, save a Release or a Cancel (keep), which gives back

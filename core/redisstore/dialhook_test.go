@@ -4,6 +4,7 @@ package redisstore_test
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"testing"
@@ -55,5 +56,45 @@ func TestLateRead(t *testing.T) {
 	raw.SetReadDeadline(time.Now().Add(-time.Second))
 	if _, err := raw.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the plain socket read a reply past its deadline (%v): the test shows nothing", err)
+	}
+}
+
+// TestLateWrite: a write whose deadline passed before it was made, as when
+// the scheduler runs a runner only after the deadline that go-redis set
+// just before writing, is made then; the plain socket refuses it.
+func TestLateWrite(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := <-accepted
+	defer server.Close()
+	conn := redisstore.WrapLate(raw)
+	defer conn.Close()
+
+	conn.SetWriteDeadline(time.Now().Add(-time.Second))
+	cmd := []byte("*1\r\n$4\r\nPING\r\n")
+	if n, err := conn.Write(cmd); n != len(cmd) || err != nil {
+		t.Fatalf("write past the deadline: %d of %d bytes, %v; want all, no error", n, len(cmd), err)
+	}
+	server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(cmd))
+	if _, err := io.ReadFull(server, got); err != nil || string(got) != string(cmd) {
+		t.Fatalf("the server read %q, %v; want %q", got, err, cmd)
+	}
+	// Without the wrapping, the runtime refuses the write.
+	raw.SetWriteDeadline(time.Now().Add(-time.Second))
+	if n, err := raw.Write(cmd); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the plain socket wrote past its deadline (%d, %v): the test shows nothing", n, err)
 	}
 }
