@@ -13,10 +13,11 @@ import (
 	"github.com/tollgate-go/tollgate/core/redisstore"
 )
 
-// TestLateRead: a read whose deadline has passed takes the reply that is
-// waiting in the socket, as when the runtime ran the deadline's timer
-// before it noticed the reply; with nothing waiting it fails at once.
-func TestLateRead(t *testing.T) {
+// latePair returns the two ends of a loopback connection: the client's,
+// plain and as the dial hook wraps it, and the server's. They are closed
+// when t ends.
+func latePair(t *testing.T) (raw, conn, server net.Conn) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -27,14 +28,27 @@ func TestLateRead(t *testing.T) {
 		c, _ := l.Accept()
 		accepted <- c
 	}()
-	raw, err := net.Dial("tcp", l.Addr().String())
+	raw, err = net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := <-accepted
-	defer server.Close()
-	conn := redisstore.WrapLate(raw)
-	defer conn.Close()
+	server = <-accepted
+	if server == nil {
+		raw.Close()
+		t.Fatal("the listener accepted no connection")
+	}
+	t.Cleanup(func() {
+		server.Close()
+		raw.Close()
+	})
+	return raw, redisstore.WrapLate(raw), server
+}
+
+// TestLateRead: a read whose deadline has passed takes the reply that is
+// waiting in the socket, as when the runtime ran the deadline's timer
+// before it noticed the reply; with nothing waiting it fails at once.
+func TestLateRead(t *testing.T) {
+	raw, conn, server := latePair(t)
 
 	if _, err := server.Write([]byte("+PONG\r\n")); err != nil {
 		t.Fatal(err)
@@ -63,24 +77,7 @@ func TestLateRead(t *testing.T) {
 // the scheduler runs a runner only after the deadline that go-redis set
 // just before writing, is made then; the plain socket refuses it.
 func TestLateWrite(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		accepted <- c
-	}()
-	raw, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := <-accepted
-	defer server.Close()
-	conn := redisstore.WrapLate(raw)
-	defer conn.Close()
+	raw, conn, server := latePair(t)
 
 	conn.SetWriteDeadline(time.Now().Add(-time.Second))
 	cmd := []byte("*1\r\n$4\r\nPING\r\n")
