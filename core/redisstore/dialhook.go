@@ -37,7 +37,7 @@ func (dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	return next
 }
 
-// pastDeadline keeps a connection's read deadline expired after a
-// recovered read, so that a read of the rest of the reply takes only what
-// has arrived too.
+// pastDeadline keeps a connection's deadline expired, as it was, after a
+// recovered read or write, so that a read of the rest of the reply takes
+// only what has arrived too.
 var pastDeadline = time.Unix(1, 0)

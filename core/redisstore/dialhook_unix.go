@@ -39,7 +39,7 @@ func (c *lateConn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
 func (c *lateConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		if m := c.readWaiting(p); m > 0 {
+		if m := ioNow(c.SetReadDeadline, c.raw.Read, syscall.Read, p); m > 0 {
 			return m, nil
 		}
 	}
@@ -53,40 +53,25 @@ func (c *lateConn) Read(p []byte) (int, error) {
 func (c *lateConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		if n = c.writeNow(p); n == len(p) {
+		if n = ioNow(c.SetWriteDeadline, c.raw.Write, syscall.Write, p); n == len(p) {
 			err = nil
 		}
 	}
 	return n, err
 }
 
-// writeNow writes what of p the socket takes now, without waiting, as
-// readWaiting reads.
-func (c *lateConn) writeNow(p []byte) int {
-	if c.SetWriteDeadline(time.Time{}) != nil {
+// ioNow reads or writes p on the socket once, without waiting, and returns
+// the bytes it moved. The deadline that setDeadline sets has passed, and
+// the runtime refuses I/O past it, so it is lifted for the one call.
+func ioNow(setDeadline func(time.Time) error, raw func(func(fd uintptr) bool) error, op func(fd int, p []byte) (int, error), p []byte) int {
+	if setDeadline(time.Time{}) != nil {
 		return 0
 	}
 	n := 0
-	_ = c.raw.Write(func(fd uintptr) bool {
-		n, _ = syscall.Write(int(fd), p)
+	_ = raw(func(fd uintptr) bool {
+		n, _ = op(int(fd), p)
 		return true // one try: the socket is non-blocking
 	})
-	_ = c.SetWriteDeadline(pastDeadline)
-	return max(n, 0)
-}
-
-// readWaiting reads what the socket holds now, without waiting. The read
-// deadline has passed, and the runtime refuses reads past it, so it is
-// lifted for the one read.
-func (c *lateConn) readWaiting(p []byte) int {
-	if c.SetReadDeadline(time.Time{}) != nil {
-		return 0
-	}
-	n := 0
-	_ = c.raw.Read(func(fd uintptr) bool {
-		n, _ = syscall.Read(int(fd), p)
-		return true // one try: the socket is non-blocking
-	})
-	_ = c.SetReadDeadline(pastDeadline)
+	_ = setDeadline(pastDeadline)
 	return max(n, 0)
 }
