@@ -106,7 +106,11 @@ func (c *CachingResolver) resolveCompiled(ctx context.Context, tenant string, bo
 			return e.cp, e.err
 		}
 	}
-	f := c.lookups.start(ctx, tenant, min(bound, c.lookupTimeout), c.lookupTimeout)
+	f := c.lookups.start(ctx, tenant, min(bound, c.lookupTimeout), c.lookupTimeout, c.fresh)
+	if f == nil {
+		// A lookup ended since the cache was read: its answer is there.
+		return c.resolveCompiled(ctx, tenant, bound)
+	}
 	if cached && e.err == nil && now.Before(e.expires.Add(c.ttl)) {
 		// Stale, but recent: serve it while the lookup runs, so that a
 		// busy tenant's requests neither wait on the database each TTL
@@ -122,6 +126,13 @@ func (c *CachingResolver) resolveCompiled(ctx context.Context, tenant string, bo
 		return v.(*cacheEntry).cp, nil
 	}
 	return c.compiled.get(&f.plan)
+}
+
+// fresh reports whether the cache holds an answer for tenant that has not
+// expired.
+func (c *CachingResolver) fresh(tenant string) bool {
+	v, ok := c.entries.Load(tenant)
+	return ok && c.now().Before(v.(*cacheEntry).expires)
 }
 
 // learn caches the answer of a lookup.

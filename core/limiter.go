@@ -581,7 +581,7 @@ func (l *Limiter) resolve(ctx context.Context, tenant string) (*compiledPlan, er
 	if l.compiledPlans != nil {
 		return l.resolveCompiled(ctx, tenant)
 	}
-	p, err := l.lookups.start(ctx, tenant, l.resolverTimeout, l.resolverTimeout).await(ctx)
+	p, err := l.lookups.start(ctx, tenant, l.resolverTimeout, l.resolverTimeout, nil).await(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -229,12 +229,18 @@ var errTooManyStuck = fmt.Errorf("tollgate: %d plan lookups are stuck in the res
 
 // start returns tenant's lookup under way, or starts one whose waiters give
 // up wait after it starts running and which is abandoned, counted as stuck,
-// after abandon.
-func (g *flightGroup) start(ctx context.Context, tenant string, wait, abandon time.Duration) *flight {
+// after abandon. It returns nil, starting none, if learned (when not nil)
+// reports that done has learned tenant's plan since the caller looked: a
+// lookup that ended just now, which finish takes out of the flights only
+// after done.
+func (g *flightGroup) start(ctx context.Context, tenant string, wait, abandon time.Duration, learned func(tenant string) bool) *flight {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f := g.flights[tenant]; f != nil {
 		return f
+	}
+	if learned != nil && learned(tenant) {
+		return nil
 	}
 	f := &flight{answered: make(chan struct{}), expired: make(chan struct{})}
 	if g.stuck.Load() >= maxStuckLookups {
