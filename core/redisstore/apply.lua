@@ -45,6 +45,15 @@ local format, match = string.format, string.match
 -- which most have: it is never written.
 local none = {}
 
+-- The fields an Op writes and deletes gather here, the first m_sets and
+-- m_dels entries: every Op reuses the two tables instead of making its
+-- own.
+local sets, dels = {}, {}
+
+-- bursts[i] and intervals[i] are rule i's figures as numbers, converted
+-- once an Op; every Op reuses the two tables.
+local bursts, intervals = {}, {}
+
 -- No valid state lies further from now: a hundred years of burst and a
 -- hundred years of reservation, with room to spare.
 local horizon = 8e15
@@ -105,13 +114,15 @@ end
 -- keys start.
 local function apply(k, a)
   local key = KEYS[k]
-  local kind, cost, max_delay = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local mark, lease, lease_ttl, n = ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  -- Numbers are converted only where they are used: a conversion costs
+  -- about as much as a comparison of strings costs nothing.
+  local kind, cost, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6])
+  local mark, lease = ARGV[a + 3], ARGV[a + 4]
   local names, figures = a + 6, a + 6 + n -- rule i: ARGV[names + i]; ARGV[figures + 4i - 3 ...]
   local next_op = figures + 4 * n + 1
-  local take = kind == 1
-  if not take then
-    max_delay = 0
+  local take, max_delay = kind == '1', 0
+  if take and ARGV[a + 2] ~= '0' then
+    max_delay = tonumber(ARGV[a + 2])
   end
 
   -- caps[i] is the sorted set of rule i if it is an in-flight cap.
@@ -129,7 +140,7 @@ local function apply(k, a)
   -- then reply[4i] holds a bucket's TAT - now, never below 0 (a past TAT
   -- is a full bucket), or a quota's tokens used, reply[4i+1] the time
   -- until their period ends and reply[4i+2] the end of the current period.
-  local reply = { 0, 0, 0 }
+  local reply = { 0, 0, 0, nil, nil, nil, nil } -- room for one rule
 
   -- The quota periods must hold now, before anything is read or written.
   for i = 1, n do
@@ -164,7 +175,7 @@ local function apply(k, a)
     end
   end
 
-  if kind == 3 then
+  if kind == '3' then
     call('DEL', key)
     stored = {}
   end
@@ -202,11 +213,11 @@ local function apply(k, a)
   -- live lease's expiry.
   local lease_end
   if caps ~= none then
-    lease_end = format('%d', now_sec * 1e6 + now_usec + lease_ttl)
+    lease_end = format('%d', now_sec * 1e6 + now_usec + tonumber(ARGV[a + 5]))
   end
-  if kind == 4 or kind == 8 or kind == 9 then
+  if kind == '4' or kind == '8' or kind == '9' then
     for set in pairs(held) do
-      if kind == 9 then
+      if kind == '9' then
         if call('ZADD', set, 'XX', 'CH', lease_end, lease) == 1 then
           expire_set(set)
         end
@@ -218,7 +229,7 @@ local function apply(k, a)
 
   -- A Cancel whose reservation has not begun gives back what it took.
   local dirty = false
-  if kind == 4 then
+  if kind == '4' then
     local m = at(mark)
     dirty = m ~= nil and m > 0
   end
@@ -227,6 +238,7 @@ local function apply(k, a)
   for i = 1, n do
     local f = figures + 4 * i - 3
     local burst, interval, v = tonumber(ARGV[f]), tonumber(ARGV[f + 1]), reply[4 * i]
+    bursts[i], intervals[i] = burst, interval
     if interval < 0 then
       allowed = allowed and held[caps[i]] < burst
     elseif interval > 0 then
@@ -249,14 +261,13 @@ local function apply(k, a)
   end
   local granted = take and allowed
   dirty = dirty or granted
-  if allowed and (take or kind == 2) then
+  if allowed and (take or kind == '2') then
     reply[2], reply[3] = 1, delay
   end
 
-  local sets, dels, keep = nil, nil, 0
+  local m_sets, m_dels, keep = 0, 0, 0
   for i = 1, n do
-    local f = figures + 4 * i - 3
-    local burst, interval, v, left = tonumber(ARGV[f]), tonumber(ARGV[f + 1]), reply[4 * i], reply[4 * i + 1]
+    local burst, interval, v, left = bursts[i], intervals[i], reply[4 * i], reply[4 * i + 1]
     local ok, remaining, retry, reset, value
     if interval < 0 then
       ok, remaining, retry, reset = false, 0, 0, 0 -- below, once the slot is taken
@@ -293,20 +304,18 @@ local function apply(k, a)
     reply[4 * i], reply[4 * i + 1], reply[4 * i + 2], reply[4 * i + 3] = ok and 1 or 0, remaining, retry, reset
     if dirty and interval >= 0 then
       if value then
-        sets = sets or {}
-        sets[#sets + 1], sets[#sets + 2] = ARGV[names + i], value
+        sets[m_sets + 1], sets[m_sets + 2], m_sets = ARGV[names + i], value, m_sets + 2
         keep = max(keep, reset)
       else
-        dels = dels or {}
-        dels[#dels + 1] = ARGV[names + i]
+        dels[m_dels + 1], m_dels = ARGV[names + i], m_dels + 1
       end
     end
   end
 
-  if dels then
-    call('HDEL', key, unpack(dels))
+  if m_dels > 0 then
+    call('HDEL', key, unpack(dels, 1, m_dels))
   end
-  if sets then
+  if m_sets > 0 then
     -- The hash expires when every state in it is empty, its other rules'
     -- too, so its TTL only grows; some slack spares most Ops the PEXPIRE.
     local ttl = ceil(keep / 1000)
@@ -314,11 +323,11 @@ local function apply(k, a)
     local expires = tonumber(stored[1])
     if expires == nil or expires < now_ms + ttl then
       ttl = ttl + max(min(ttl, 60000), slack)
-      sets[#sets + 1], sets[#sets + 2] = '~expires', format('%d', now_ms + ttl)
-      call('HSET', key, unpack(sets))
+      sets[m_sets + 1], sets[m_sets + 2], m_sets = '~expires', format('%d', now_ms + ttl), m_sets + 2
+      call('HSET', key, unpack(sets, 1, m_sets))
       call('PEXPIRE', key, ttl)
     else
-      call('HSET', key, unpack(sets))
+      call('HSET', key, unpack(sets, 1, m_sets))
     end
   end
 
@@ -333,7 +342,7 @@ local function apply(k, a)
   end
   for i = 1, n do
     if caps[i] then
-      local burst, v = tonumber(ARGV[figures + 4 * i - 3]), held[caps[i]]
+      local burst, v = bursts[i], held[caps[i]]
       reply[4 * i], reply[4 * i + 1], reply[4 * i + 2], reply[4 * i + 3] = (granted or v < burst) and 1 or 0, max(burst - v, 0), 0, 0
     end
   end
