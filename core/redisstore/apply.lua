@@ -116,8 +116,9 @@ end
 -- keys start.
 local function apply(k, a)
   local key = KEYS[k]
-  -- Numbers are converted only where they are used: a conversion costs
-  -- about as much as a comparison of strings costs nothing.
+  -- Numbers are converted only where they are used, and kinds are
+  -- compared as strings: a conversion costs Redis time, a comparison of
+  -- strings next to none.
   local kind, cost, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6])
   local mark, lease = ARGV[a + 3], ARGV[a + 4]
   local names, figures = a + 6, a + 6 + n -- rule i: ARGV[names + i]; ARGV[figures + 4i - 3 ...]
