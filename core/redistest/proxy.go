@@ -27,7 +27,8 @@ import (
 //   - SetTarget sends new connections elsewhere (a promoted replica).
 //
 // Accepted and Open count connections, so that a test can assert that a
-// client did not reconnect. The Proxy is closed, and its connections cut,
+// client did not reconnect. Late tells how far past their due time the
+// proxy, which shares the test's CPUs, wrote bytes it delayed. The Proxy is closed, and its connections cut,
 // when the test ends. Its methods are safe for concurrent use.
 type Proxy struct {
 	l  net.Listener
@@ -41,6 +42,7 @@ type Proxy struct {
 	changed   chan struct{} // closed and replaced whenever silent or a latency changes
 	conns     map[*proxyConn]struct{}
 	accepted  int
+	late      time.Duration
 	closed    bool
 	dialError error
 }
@@ -117,6 +119,17 @@ func (p *Proxy) SetTarget(target string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.target = target
+}
+
+// Late returns the most that a delayed chunk was written after its due
+// time, since the proxy started or since the last call of Late: a starved
+// test process makes a slower network than the one SetLatency asked for.
+func (p *Proxy) Late() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	late := p.late
+	p.late = 0
+	return late
 }
 
 // Accepted returns how many connections the proxy has accepted since it
@@ -232,8 +245,9 @@ func (c *proxyConn) close() {
 
 // A chunk is what one read returned, and when it may be written on.
 type chunk struct {
-	data []byte
-	due  time.Time
+	data    []byte
+	due     time.Time
+	delayed bool
 }
 
 // read reads from src and queues what it reads with its due time.
@@ -244,7 +258,8 @@ func (p *Proxy) read(c *proxyConn, src net.Conn, out chan<- chunk, toServer bool
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			ck := chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(p.delay(toServer))}
+			delay := p.delay(toServer)
+			ck := chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(delay), delayed: delay > 0}
 			select {
 			case out <- ck:
 			case <-c.done:
@@ -275,9 +290,11 @@ func (p *Proxy) write(c *proxyConn, dst net.Conn, in <-chan chunk) {
 		case <-c.done:
 			return
 		}
+		held := false // by Silence, which makes it late on purpose
 		for {
 			silent, changed := p.hold()
 			if silent {
+				held = true
 				select {
 				case <-changed:
 					continue
@@ -298,6 +315,11 @@ func (p *Proxy) write(c *proxyConn, dst net.Conn, in <-chan chunk) {
 				t.Stop()
 				return
 			}
+		}
+		if late := time.Since(ck.due); ck.delayed && !held && late > 0 {
+			p.mu.Lock()
+			p.late = max(p.late, late)
+			p.mu.Unlock()
 		}
 		if _, err := dst.Write(ck.data); err != nil {
 			return
