@@ -190,20 +190,8 @@ func TestFaultSlowRedis(t *testing.T) {
 // slowRedisRun runs TestFaultSlowRedis's load once, and returns what it
 // found wrong, if anything.
 func slowRedisRun(t *testing.T, ctxTimeout bool) string {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
+	l, proxy, _, _ := faultLimiter(t, ctxTimeout) // New does not dial
 	proxy.SetLatency(0, 30*time.Millisecond)
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: ctxTimeout})
-	defer client.Close()
-	s, err := redisstore.New(client, redisstore.WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 1e6, Burst: 1e9}}
-	l, err := tollgate.New(s, tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
 	rs := openLoad(l, 500, 3*time.Second, nil)
 	first, all := summarize(rs, 0, time.Second), summarize(rs, 0, time.Hour)
 	t.Logf("30 ms per reply, 500/s: first second %v; whole run %v; %d connections; the proxy wrote up to %v late",
