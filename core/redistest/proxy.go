@@ -28,8 +28,9 @@ import (
 //
 // Accepted and Open count connections, so that a test can assert that a
 // client did not reconnect. Late tells how far past their due time the
-// proxy, which shares the test's CPUs, wrote bytes it delayed. The Proxy is closed, and its connections cut,
-// when the test ends. Its methods are safe for concurrent use.
+// proxy, which shares the test's CPUs, wrote bytes it delayed. The Proxy
+// is closed, and its connections cut, when the test ends. Its methods are
+// safe for concurrent use.
 type Proxy struct {
 	l  net.Listener
 	wg sync.WaitGroup
