@@ -90,7 +90,9 @@ type Spec[C any] struct {
 
 	// MaxHeld bounds the requests of one tenant held at once under
 	// MaxDelay (default DefaultMaxHeld); past it, a request is decided
-	// without waiting.
+	// without waiting. A request counts from before its decision, so
+	// that the bound holds in any burst: one that is then served at
+	// once may still count when others of the burst arrive.
 	MaxHeld int
 
 	// PartitionKeySecret, if set, makes every RateLimit item carry the

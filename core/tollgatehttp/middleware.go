@@ -76,9 +76,10 @@ func WithBudget(name string) Option {
 // for want of a slot of an in-flight policy waits for one, in order of
 // arrival among the requests this process holds, for up to d; if none
 // comes free in time, it gets 429, having spent nothing. At most maxHeld
-// requests of one tenant are held at once (0 means 16); past that, a
-// request is answered at once. The headers describe the state after the wait. Plans in
-// shadow mode never hold a request.
+// requests of one tenant are held at once (0 means 16), counting those
+// being decided; past that, a request is answered at once. The headers
+// describe the state after the wait. Plans in shadow mode never hold a
+// request.
 func WithMaxDelay(d time.Duration, maxHeld int) Option {
 	return func(m *middleware) { m.spec.MaxDelay, m.spec.MaxHeld = d, maxHeld }
 }
