@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -136,4 +137,20 @@ func ping(addr string, timeout time.Duration) error {
 		return fmt.Errorf("PING answered %v", reply)
 	}
 	return nil
+}
+
+// serverPID returns the process ID that the server at addr reports (INFO
+// server), which tells a test's own server from another that took its port.
+func serverPID(addr string, timeout time.Duration) (int, error) {
+	reply, err := command(addr, timeout, "INFO", "server")
+	if err != nil {
+		return 0, err
+	}
+	info, _ := reply.(string)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("redistest: INFO server names no process_id")
 }

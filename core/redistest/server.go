@@ -222,9 +222,19 @@ func (s *Server) launch() error {
 
 	deadline := time.Now().Add(startTimeout)
 	for {
-		err := ping(s.Addr(), 500*time.Millisecond)
-		if err == nil {
+		pid, err := serverPID(s.Addr(), 500*time.Millisecond)
+		if err == nil && pid == cmd.Process.Pid {
 			return nil
+		}
+		if err == nil {
+			// Another process's server took the port between freePort and
+			// the start (tests of other packages start theirs at the same
+			// time): this one cannot listen, and must not be mistaken for
+			// it.
+			_ = cmd.Process.Kill()
+			<-exited
+			s.proc = nil
+			return errPortTaken
 		}
 		select {
 		case <-exited:

@@ -4,6 +4,7 @@ package redistest
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -50,6 +51,24 @@ func TestStartKillRestart(t *testing.T) {
 	// Nothing on disk: a restart starts empty.
 	if v := do(t, s.Addr(), "GET", "k"); v != nil {
 		t.Errorf("GET k after Restart = %v, want nil: the server persisted data", v)
+	}
+}
+
+// TestStartOnATakenPort: a server started on a port that another server
+// took (another package's tests, between freePort and the start) fails
+// with errPortTaken, so that Start tries another port, rather than pass
+// the other server off as its own.
+func TestStartOnATakenPort(t *testing.T) {
+	other := Start(t, "--maxmemory", "1mb")
+	s := &Server{bin: other.bin, port: other.Port(), dir: t.TempDir()}
+	s.mu.Lock()
+	err := s.launch()
+	s.mu.Unlock()
+	if !errors.Is(err, errPortTaken) || s.PID() != 0 {
+		t.Fatalf("a start on a taken port: %v, PID %d; want errPortTaken and no process", err, s.PID())
+	}
+	if v := do(t, other.Addr(), "CONFIG", "GET", "maxmemory"); !strings.Contains(fmt.Sprint(v), "1048576") {
+		t.Errorf("the other server's maxmemory = %v, want it untouched", v)
 	}
 }
 
