@@ -7,6 +7,7 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/storekit"
 	"github.com/tollgate-go/tollgate/core/storetest"
 )
@@ -173,5 +174,44 @@ func TestFallbackSlotsStayInTheFallback(t *testing.T) {
 	}
 	if n := main.calls.Load() - failedBefore; n != 0 {
 		t.Fatalf("%d renewals or releases of the fallback's slot went to the failing store", n)
+	}
+}
+
+// TestInFlightInProcess: of an in-process store, slots are held without a
+// lease; SlotsHeld counts them by plan, and a Decision and its copy
+// released both give back one slot.
+func TestInFlightInProcess(t *testing.T) {
+	s := memory.New()
+	defer s.Close()
+	l, err := tollgate.New(s, tollgate.SinglePlan(slow), tollgate.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, _ := l.Take(ctx, tollgate.Request{Tenant: "t"})
+	b, _ := l.Take(ctx, tollgate.Request{Tenant: "t"})
+	if !a.Allowed || !b.Allowed || l.SlotsHeld()["slow"] != 2 {
+		t.Fatalf("two slots of two: %v, %v, %v held", a.Allowed, b.Allowed, l.SlotsHeld())
+	}
+	copyOfA := a
+	for _, d := range []*tollgate.Decision{&a, &copyOfA, &a} {
+		if err := l.Release(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.SlotsHeld()["slow"]; n != 1 {
+		t.Fatalf("%d slots held after releasing one Decision and its copy, want 1", n)
+	}
+	c, _ := l.Take(ctx, tollgate.Request{Tenant: "t"})
+	if d, _ := l.Take(ctx, tollgate.Request{Tenant: "t"}); !c.Allowed || d.Allowed {
+		t.Fatalf("after one release: %v then %v, want one slot free", c.Allowed, d.Allowed)
+	}
+	for _, d := range []*tollgate.Decision{&b, &c} {
+		if err := l.Release(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held := l.SlotsHeld(); len(held) != 0 {
+		t.Fatalf("slots held after every release: %v", held)
 	}
 }

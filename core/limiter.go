@@ -57,6 +57,7 @@ type Limiter struct {
 	admin           adminState
 	noOverrides     bool // the store keeps none
 	slots           slots
+	inProcess       [2]bool // the store, and the fallback, keep slots without leases
 }
 
 // defaultResolverTimeout bounds each plan lookup unless WithResolverTimeout
@@ -193,6 +194,8 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l.lookups.resolve = plans.ResolvePlan
+	_, l.inProcess[0] = store.(storekit.InProcess)
+	_, l.inProcess[1] = l.fallback.(storekit.InProcess)
 	if l.now == nil {
 		l.clock.init()
 		l.now = l.clock.now
@@ -411,7 +414,7 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, unt
 	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
 	*op = storekit.Op{Kind: storekit.Take, Tenant: req.Tenant, Rules: rs.rules, Cost: d.Cost, Now: d.Time, Results: op.Results[:0]}
-	if len(rs.inFlight) > 0 {
+	if len(rs.inFlight) > 0 && !l.inProcess[0] {
 		op.Lease, op.LeaseTTL = newLease(), leaseTTL
 	}
 	if req.MaxDelay > 0 && !shadow {
@@ -466,7 +469,9 @@ func (l *Limiter) settle(d *Decision, rs *ruleSet, op *storekit.Op, shadow bool)
 				r.RetryAfter = inFlightRetry
 			}
 		}
-		if op.Allowed {
+		if h, ok := op.Slot.(storekit.Held); ok && op.Allowed && op.Lease == "" {
+			d.held, d.heldCount = h, l.slots.count(d.Tenant, d.Plan)
+		} else if op.Allowed {
 			l.hold(d, op, rs.inFlight)
 		}
 	}
@@ -526,7 +531,11 @@ func (l *Limiter) failOver(ctx context.Context, d *Decision, cp *compiledPlan, o
 	if op != nil && l.fallback != nil {
 		rs, err := l.dividedRules(cp, d)
 		if err == nil {
-			op.Rules, op.Results, op.Latency = rs.rules, op.Results[:0], 0
+			op.Rules, op.Results, op.Latency, op.Slot = rs.rules, op.Results[:0], 0, nil
+			op.Lease, op.LeaseTTL = "", 0
+			if len(rs.inFlight) > 0 && !l.inProcess[1] {
+				op.Lease, op.LeaseTTL = newLease(), leaseTTL
+			}
 			if err = l.fallback.Do(ctx, op); err == nil {
 				d.Fallback = true
 				l.settle(d, rs, op, l.shadowed(d.Plan))

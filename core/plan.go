@@ -51,8 +51,9 @@ type Policy struct {
 	// InFlight caps the requests of a tenant that run at once, across
 	// every replica that shares the store: a request holds a slot, whatever
 	// its cost, from the decision until the application releases it
-	// (Limiter.Release; middleware does when the handler returns). A
-	// slot of a process that died frees itself within 10 seconds.
+	// (Limiter.Release; middleware does when the handler returns). In a
+	// store shared by replicas, a slot of a process that died frees
+	// itself within 10 seconds.
 	InFlight int64
 
 	// Budget, if set, limits the policy to requests that draw from the

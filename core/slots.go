@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"hash/maphash"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,13 +30,49 @@ const (
 	slotPoll = 50 * time.Millisecond
 )
 
-// newLease returns a lease name no other request draws: 128 random bits,
-// as bytes, which every store keeps as they are.
+// newLease returns a lease name no other request draws: 16 bytes, which
+// every store keeps as they are. A lease is a slice of a block of
+// leaseBlockSize of them, so that drawing one seldom allocates: 15 random
+// bytes of its block tell it from another block's, of this process or
+// another, and its last byte, its index, from its neighbours'.
 func newLease() string {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
-	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
-	return string(b[:])
+	b := leaseBlocks.Get().(*leaseBlock)
+	if b.next == leaseBlockSize {
+		*b = newLeaseBlock()
+	}
+	lease := b.names[b.next*leaseSize : (b.next+1)*leaseSize]
+	b.next++
+	leaseBlocks.Put(b)
+	return lease
+}
+
+const (
+	leaseSize      = 16
+	leaseBlockSize = 64
+)
+
+type leaseBlock struct {
+	names string // leaseBlockSize leases, leaseSize bytes each
+	next  int    // the next lease to hand out
+}
+
+var leaseBlocks = sync.Pool{New: func() any {
+	b := newLeaseBlock()
+	return &b
+}}
+
+func newLeaseBlock() leaseBlock {
+	// A Builder hands over what it built without a copy.
+	var names strings.Builder
+	names.Grow(leaseBlockSize * leaseSize)
+	hi, lo := rand.Uint64(), rand.Uint64()&^0xff
+	for i := range leaseBlockSize {
+		var b [leaseSize]byte
+		binary.BigEndian.PutUint64(b[:8], hi)
+		binary.BigEndian.PutUint64(b[8:], lo|uint64(i))
+		names.Write(b[:])
+	}
+	return leaseBlock{names: names.String()}
 }
 
 // A heldSlot is a slot this process holds, renewed while it is held; an
@@ -62,7 +100,35 @@ type slots struct {
 	queued  atomic.Int64               // requests in waiting: a release looks only if there are some
 
 	renewEvery time.Duration // leaseRenewal; tests shorten it
+
+	// counts holds, by plan, the slots held without a lease (of an
+	// in-process store), a *slotCount each.
+	counts sync.Map
 }
+
+// A slotCount counts the slots of one plan held without a lease, in
+// shards by tenant, so that a counter moves from core to core no more
+// often than the state of its tenants in the store does.
+type slotCount [countShards]struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
+const countShards = 64
+
+// count counts a slot of tenant's plan held without a lease, and returns
+// its counter, for Release.
+func (s *slots) count(tenant, plan string) *atomic.Int64 {
+	v, ok := s.counts.Load(plan)
+	if !ok {
+		v, _ = s.counts.LoadOrStore(plan, new(slotCount))
+	}
+	n := &v.(*slotCount)[maphash.String(countSeed, tenant)%countShards].n
+	n.Add(1)
+	return n
+}
+
+var countSeed = maphash.MakeSeed()
 
 const slotShards = 16
 
@@ -79,7 +145,8 @@ type paddedSlotShard struct {
 }
 
 func (s *slots) shardOf(lease string) *slotShard {
-	return &s.shards[lease[0]%slotShards].slotShard
+	// A lease's last byte tells it from those drawn just before it.
+	return &s.shards[lease[len(lease)-1]%slotShards].slotShard
 }
 
 // hold records a slot granted to d by op and makes sure it is renewed.
@@ -157,6 +224,7 @@ func (l *Limiter) Release(ctx context.Context, d *Decision) error {
 		return errNilLimiter
 	}
 	if d.lease == "" {
+		l.releaseHeld(d)
 		return nil
 	}
 	h, ok := l.letGo(d)
@@ -165,17 +233,31 @@ func (l *Limiter) Release(ctx context.Context, d *Decision) error {
 	}
 	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
-	*op = storekit.Op{Kind: storekit.Release, Tenant: h.tenant, Rules: h.rules, Lease: h.lease, Slot: h.where, Results: op.Results[:0]}
+	// Now is the decision's: a Release's figures are not used, so a
+	// store on the caller's clock need not read it again.
+	*op = storekit.Op{Kind: storekit.Release, Tenant: h.tenant, Rules: h.rules, Lease: h.lease, Slot: h.where, Now: d.Time, Results: op.Results[:0]}
 	// The slot goes back even if the request's context has ended: the
-	// client that left is the usual reason to release. Now stays zero:
-	// a store reads its own clock, and the memory store then reads only
-	// the monotonic one.
+	// client that left is the usual reason to release.
 	if ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
 	err := h.store.Do(ctx, op)
 	l.wakeFirst(h.tenant)
 	return err
+}
+
+// releaseHeld gives back the slots that d holds without a lease, if any.
+func (l *Limiter) releaseHeld(d *Decision) {
+	h, n := d.held, d.heldCount
+	if h == nil {
+		return
+	}
+	d.held, d.heldCount = nil, nil
+	// A copy of d released already has given them back.
+	if h.Release() {
+		n.Add(-1)
+		l.wakeFirst(d.Tenant)
+	}
 }
 
 // letGo drops the slot of d from the slots held, and returns what it
@@ -308,5 +390,15 @@ func (l *Limiter) SlotsHeld() map[string]int {
 	for _, h := range l.slots.snapshot() {
 		out[h.plan]++
 	}
+	l.slots.counts.Range(func(plan, v any) bool {
+		var n int64
+		for i := range v.(*slotCount) {
+			n += v.(*slotCount)[i].n.Load()
+		}
+		if n > 0 {
+			out[plan.(string)] += int(n)
+		}
+		return true
+	})
 	return out
 }

@@ -165,5 +165,6 @@ func (l *Limiter) Cancel(ctx context.Context, d *Decision) error {
 		// The Cancel gave the slot back too.
 		l.forget(d)
 	}
+	l.releaseHeld(d)
 	return nil
 }

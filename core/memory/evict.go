@@ -65,8 +65,8 @@ func (tn *tenant) classLocked(tat, t, wall int64) int {
 			case r.kind == storekit.Bucket:
 				c = max(c, shareClass(r.tat-t, r.size))
 			case r.kind == storekit.InFlight:
-				if len(r.leases) > 0 {
-					c = max(c, protectedClass, shareClass(int64(len(r.leases)), r.size))
+				if n := r.inFlight(); n > 0 {
+					c = max(c, protectedClass, shareClass(n, r.size))
 				}
 			case r.end > wall:
 				c = max(c, shareClass(r.used, r.size))

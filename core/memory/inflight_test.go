@@ -129,3 +129,65 @@ func TestReleaseThroughAStaleSlot(t *testing.T) {
 		t.Fatalf("tenant u has %d slots free, want 1: a Release of another tenant freed its slot", r.Remaining)
 	}
 }
+
+// TestSlotsWithoutLeases: a Take with no lease, as a Limiter makes of an
+// in-process store, holds its slots until its Held gives them back, once,
+// on the path of a bucket and caps alone and on the general one; they
+// never expire, a Reset keeps them, a Cancel leaves them, and a sweep
+// keeps their tenant.
+func TestSlotsWithoutLeases(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
+	defer s.Close()
+	c := inFlight("inflight", 2)
+	day := storekit.Rule{Kind: storekit.Quota, Name: "day", Burst: 100, Period: func(t time.Time) (time.Time, time.Time) {
+		start := t.Truncate(24 * time.Hour)
+		return start, start.Add(24 * time.Hour)
+	}}
+	for _, rules := range [][]storekit.Rule{{bucket("", limit), c}, {bucket("", limit), day, c}} {
+		tenant := fmt.Sprint("tenant-", len(rules))
+		take := func() *storekit.Op {
+			return do(t, s, &storekit.Op{Kind: storekit.Take, Tenant: tenant, Rules: rules, Cost: 1, MaxDelay: time.Second})
+		}
+		var held []storekit.Held
+		for range 2 {
+			op := take()
+			h, ok := op.Slot.(storekit.Held)
+			if !op.Allowed || !ok {
+				t.Fatalf("%d rules: a Take without a lease: allowed %v, Slot %T; want a Held", len(rules), op.Allowed, op.Slot)
+			}
+			held = append(held, h)
+		}
+		clock.Advance(time.Hour)
+		do(t, s, &storekit.Op{Kind: storekit.Reset, Tenant: tenant, Rules: rules})
+		if n := s.Sweep(); n != 0 {
+			t.Fatalf("the sweep dropped %d tenants that hold slots", n)
+		}
+		if op := take(); op.Allowed || op.Results[len(rules)-1].Remaining != 0 {
+			t.Fatalf("%d rules: a third request an hour later, after a reset: %+v; want the cap full", len(rules), op.Results)
+		}
+		if !held[0].Release() || held[0].Release() {
+			t.Fatal("a Held's Release: want true once, then false")
+		}
+		op := take()
+		if !op.Allowed || op.Results[len(rules)-1].Remaining != 0 {
+			t.Fatalf("%d rules: after one release: %+v; want its slot taken again", len(rules), op.Results)
+		}
+		// A Cancel without a lease gives back tokens alone.
+		cancel := &storekit.Op{Kind: storekit.Cancel, Tenant: tenant, Rules: rules, Cost: 1, Mark: op.Mark + 1}
+		do(t, s, cancel)
+		if op := take(); op.Allowed {
+			t.Fatalf("%d rules: a Cancel without a lease freed a slot: %+v", len(rules), op.Results)
+		}
+		for _, h := range append(held[1:], op.Slot.(storekit.Held)) {
+			h.Release()
+		}
+		if op := do(t, s, &storekit.Op{Kind: storekit.Inspect, Tenant: tenant, Rules: rules}); op.Results[len(rules)-1].Remaining != 2 {
+			t.Fatalf("%d rules: after every release: %+v; want the cap empty", len(rules), op.Results)
+		}
+		clock.Advance(25 * time.Hour) // the bucket full, the quota's day over
+		if n := s.Sweep(); n != 1 {
+			t.Fatalf("%d rules: the sweep dropped %d tenants, want the one whose slots were all released", len(rules), n)
+		}
+	}
+}

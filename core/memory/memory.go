@@ -30,8 +30,9 @@ type Store struct {
 }
 
 var (
-	_ tollgate.Store    = (*Store)(nil)
-	_ storekit.Reporter = (*Store)(nil)
+	_ tollgate.Store     = (*Store)(nil)
+	_ storekit.Reporter  = (*Store)(nil)
+	_ storekit.InProcess = (*Store)(nil)
 )
 
 // New returns a Store configured by opts. An invalid option does not stop
@@ -103,6 +104,10 @@ func (s *Store) Do(_ context.Context, op *storekit.Op) error {
 	if len(op.Rules) == 1 && op.Rules[0].Kind == storekit.Bucket && op.Rules[0].Name == "" &&
 		(op.Kind == storekit.Take || op.Kind == storekit.Inspect) {
 		s.doMainBucket(op)
+		return nil
+	}
+	if cappedTake(op) {
+		s.tb.takeCapped(op)
 		return nil
 	}
 	if (op.Kind == storekit.Release || op.Kind == storekit.Renew) && inFlightOnly(op.Rules) {
@@ -238,3 +243,7 @@ type stopper struct {
 }
 
 func (s *stopper) close() { s.once.Do(func() { close(s.stop) }) }
+
+// InProcess marks the Store as one that keeps its state in the process
+// of its Limiter: see storekit.InProcess.
+func (s *Store) InProcess() {}

@@ -27,6 +27,7 @@ const (
 	leaseAdded
 	leaseMoved // renewed, or taken again under the same name
 	leaseDropped
+	leaseNone // a slot taken without a lease
 )
 
 const (
@@ -101,7 +102,7 @@ func (tb *table) doLeases(op *storekit.Op) {
 		}
 		for i := range op.Rules {
 			r := &op.Rules[i]
-			held := 0
+			held := int64(0)
 			if s := tn.inFlight(r.Name); s != nil {
 				s.prune(t)
 				if _, live := s.leases[op.Lease]; live {
@@ -111,9 +112,9 @@ func (tb *table) doLeases(op *storekit.Op) {
 						s.setLease(op.Lease, t+op.LeaseTTL.Microseconds())
 					}
 				}
-				held = len(s.leases)
+				held = s.inFlight()
 			}
-			op.Results = append(op.Results, storekit.Result{Allowed: int64(held) < r.Burst, Remaining: max(r.Burst-int64(held), 0)})
+			op.Results = append(op.Results, storekit.Result{Allowed: held < r.Burst, Remaining: max(r.Burst-held, 0)})
 		}
 		if tn != nil {
 			tn.mu.Unlock()
@@ -188,7 +189,7 @@ func apply(tn *tenant, op *storekit.Op, t int64, now time.Time) bool {
 	granted := op.Kind == storekit.Take && allowed
 	op.Results = op.Results[:0]
 	for i := range op.Rules {
-		op.Results = append(op.Results, w.settle(i, &op.Rules[i], op.Lease, cost, t, now, granted))
+		op.Results = append(op.Results, w.settle(i, &op.Rules[i], op, cost, t, now, granted))
 	}
 	if tn != nil && !commit(tn, w.states, mainTAT, t, wall, op.Lease, t+op.LeaseTTL.Microseconds()) {
 		return false
@@ -202,12 +203,37 @@ func apply(tn *tenant, op *storekit.Op, t int64, now time.Time) bool {
 	}
 	if granted {
 		op.Mark = t + delay
-		if op.Lease != "" {
+		switch {
+		case unleased(op):
+			op.Slot = w.held()
+		case op.Lease != "":
 			op.Slot = tn
 		}
 	}
 	return true
 }
+
+// held returns the Held of the slots that w's Op took without a lease, or
+// nil if it took none, once commit has counted them.
+func (w *workingSet) held() storekit.Held {
+	var h *held
+	for i := range w.states {
+		if s := &w.states[i]; s.lease == leaseNone {
+			if h == nil {
+				h = &held{}
+			}
+			h.add(s.unleased)
+		}
+	}
+	if h == nil {
+		return nil
+	}
+	return h
+}
+
+// unleased reports whether op takes its slots without a lease, as a
+// Limiter does of an in-process store (see storekit.InProcess).
+func unleased(op *storekit.Op) bool { return op.Lease == "" && op.LeaseTTL == 0 }
 
 // loadStates copies the states of rules from tn into states and index,
 // which it returns as a workingSet.
@@ -241,6 +267,9 @@ func (w *workingSet) endLease(op *storekit.Op) {
 		change = leaseMoved
 	default:
 		return
+	}
+	if unleased(op) {
+		return // a Limiter gives such slots back through their Held
 	}
 	for i := range w.states {
 		s := &w.states[i]
@@ -299,7 +328,7 @@ func (w *workingSet) decide(rules []storekit.Rule, cost, maxDelay, t int64) (all
 // settle takes a granted request of cost from rule i, r, and returns the
 // rule's result. A granted request holds a slot of an in-flight cap
 // whatever its cost.
-func (w *workingSet) settle(i int, r *storekit.Rule, lease string, cost, t int64, now time.Time, granted bool) storekit.Result {
+func (w *workingSet) settle(i int, r *storekit.Rule, op *storekit.Op, cost, t int64, now time.Time, granted bool) storekit.Result {
 	s := w.of(i)
 	switch r.Kind {
 	case storekit.Bucket:
@@ -312,7 +341,10 @@ func (w *workingSet) settle(i int, r *storekit.Rule, lease string, cost, t int64
 			// Rules that name one state share it: the lease is added
 			// once.
 			s.lease, s.changed = leaseAdded, true
-			if _, live := s.leases[lease]; live {
+			if unleased(op) {
+				s.lease = leaseNone // commit counts it
+				s.held++
+			} else if _, live := s.leases[op.Lease]; live {
 				s.lease = leaseMoved
 			} else {
 				s.held++
@@ -360,7 +392,7 @@ func load(s *opState, tn *tenant, r *storekit.Rule, mainTAT, t int64, now time.T
 		// whatever the Op decides: an expired lease is gone for every
 		// later Op.
 		s.changed = s.prune(t)
-		s.held = int64(len(s.leases))
+		s.held = s.inFlight()
 	default:
 		s.size = r.Tolerance()
 	}
@@ -391,6 +423,11 @@ func commit(tn *tenant, states []opState, mainTAT, t, wall int64, lease string, 
 		switch s := &states[i]; s.lease {
 		case leaseAdded, leaseMoved:
 			s.setLease(lease, expires)
+		case leaseNone:
+			if s.unleased == nil {
+				s.unleased = newCounter()
+			}
+			s.unleased.Add(1)
 		case leaseDropped:
 			delete(s.leases, lease)
 		}

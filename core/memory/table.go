@@ -125,6 +125,21 @@ type ruleState struct {
 	// map in place, under the tenant's lock, once their decision stands.
 	leases  map[string]int64
 	pruneAt int64
+	// unleased counts the slots held without a lease, a Limiter's, which
+	// never expire (see storekit.InProcess); nil until the first. Takes
+	// add to it under the tenant's lock, and a Held's Release takes from
+	// it without: that only frees room, which no decision in progress
+	// can be wrong about.
+	unleased *atomic.Int64
+}
+
+// inFlight returns how many requests hold a slot of an in-flight cap.
+func (r *ruleState) inFlight() int64 {
+	n := int64(len(r.leases))
+	if r.unleased != nil {
+		n += r.unleased.Load()
+	}
+	return n
 }
 
 // idle reports whether the rule is in the state of a rule never used: a
@@ -135,7 +150,7 @@ func (r *ruleState) idle(t, wall int64) bool {
 	case storekit.Quota:
 		return r.used == 0 || r.end <= wall
 	case storekit.InFlight:
-		return len(r.leases) == 0
+		return r.inFlight() == 0
 	}
 	return r.tat <= t
 }
@@ -354,7 +369,7 @@ func (tb *table) reset(k *lookup) {
 		var kept []ruleState
 		if tn.others != nil {
 			for _, o := range *tn.others {
-				if o.kind == storekit.InFlight && len(o.leases) > 0 {
+				if o.kind == storekit.InFlight && o.inFlight() > 0 {
 					kept = append(kept, o)
 				}
 			}

@@ -162,7 +162,8 @@ type Op struct {
 	// Lease names the slot a Take takes in each InFlight rule, and that
 	// a Release, a Renew or a Cancel gives back or extends; LeaseTTL is
 	// how long the slot is held unless renewed. Leases are unique: the
-	// Limiter draws them at random.
+	// Limiter draws them at random. Of an InProcess store, the Limiter
+	// takes slots without a Lease (see InProcess).
 	Lease    string
 	LeaseTTL time.Duration
 
@@ -226,6 +227,25 @@ func (op *Op) RetryAfter() time.Duration {
 		d = max(d, r.RetryAfter)
 	}
 	return d
+}
+
+// An InProcess store keeps its state in the memory of the caller's
+// process, so that its slots die with the requests that hold them: a
+// Limiter takes them with no Lease, and neither renews them nor names them.
+// Such a slot never expires. A granted Take with InFlight rules and an
+// empty Lease sets Op.Slot to a Held, which gives the slots back; a Cancel
+// with an empty Lease gives back tokens alone.
+type InProcess interface {
+	// InProcess does nothing: it marks the store.
+	InProcess()
+}
+
+// A Held is the slots that a granted Take without a Lease holds in the
+// InFlight rules of an InProcess store.
+type Held interface {
+	// Release gives the slots back, and reports whether it did: it does
+	// nothing after its first call.
+	Release() bool
 }
 
 // A Doer applies Ops: a tollgate.Store.
