@@ -31,6 +31,10 @@ type ruleSet struct {
 	// memo holds what the HTTP layer derives from the policies alone
 	// (header values), so that it is computed once per plan.
 	memo atomic.Value
+
+	// counted is where the last Limiter to use the rule set counts its
+	// slots held without a lease (see Limiter.countHeld).
+	counted atomic.Pointer[countedBy]
 }
 
 // ruleSet returns the rules that a request drawing from budget is subject

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"hash/maphash"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -107,28 +106,50 @@ type slots struct {
 }
 
 // A slotCount counts the slots of one plan held without a lease, in
-// shards by tenant, so that a counter moves from core to core no more
-// often than the state of its tenants in the store does.
+// shards, so that requests on different cores seldom move one counter
+// from core to core.
 type slotCount [countShards]struct {
 	n atomic.Int64
 	_ [56]byte
 }
 
-const countShards = 64
+const countShards = 16
 
-// count counts a slot of tenant's plan held without a lease, and returns
-// its counter, for Release.
-func (s *slots) count(tenant, plan string) *atomic.Int64 {
-	v, ok := s.counts.Load(plan)
-	if !ok {
-		v, _ = s.counts.LoadOrStore(plan, new(slotCount))
+// countedBy is the slotCount that a Limiter keeps for a rule set's plan.
+type countedBy struct {
+	l *Limiter
+	c *slotCount
+}
+
+// countHeld counts a slot held without a lease under rs, and returns its
+// counter, for Release.
+func (l *Limiter) countHeld(rs *ruleSet) *atomic.Int64 {
+	cb := rs.counted.Load()
+	if cb == nil || cb.l != l {
+		// Rule sets are the resolver's, which Limiters may share.
+		v, ok := l.slots.counts.Load(rs.plan)
+		if !ok {
+			v, _ = l.slots.counts.LoadOrStore(rs.plan, new(slotCount))
+		}
+		cb = &countedBy{l: l, c: v.(*slotCount)}
+		rs.counted.Store(cb)
 	}
-	n := &v.(*slotCount)[maphash.String(countSeed, tenant)%countShards].n
+	// The hint is the processor's own, mostly: sync.Pool keeps what a
+	// processor put for it.
+	hint := shardHints.Get().(*int)
+	n := &cb.c[*hint].n
+	shardHints.Put(hint)
 	n.Add(1)
 	return n
 }
 
-var countSeed = maphash.MakeSeed()
+var (
+	shardHints = sync.Pool{New: func() any {
+		h := int(nextHint.Add(1) % countShards)
+		return &h
+	}}
+	nextHint atomic.Uint32
+)
 
 const slotShards = 16
 
