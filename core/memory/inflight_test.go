@@ -134,7 +134,7 @@ func TestReleaseThroughAStaleSlot(t *testing.T) {
 // in-process store, holds its slots until its Held gives them back, once,
 // on the path of a bucket and caps alone and on the general one; they
 // never expire, a Reset keeps them, a Cancel leaves them, and a sweep
-// keeps their tenant.
+// keeps their tenant. Two caps count apart.
 func TestSlotsWithoutLeases(t *testing.T) {
 	clock := storetest.NewClock()
 	s := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
@@ -144,8 +144,9 @@ func TestSlotsWithoutLeases(t *testing.T) {
 		start := t.Truncate(24 * time.Hour)
 		return start, start.Add(24 * time.Hour)
 	}}
-	for _, rules := range [][]storekit.Rule{{bucket("", limit), c}, {bucket("", limit), day, c}} {
-		tenant := fmt.Sprint("tenant-", len(rules))
+	budget := inFlight("b:x:inflight", 2)
+	for i, rules := range [][]storekit.Rule{{bucket("", limit), c}, {bucket("", limit), day, c}, {bucket("", limit), c, budget}, {bucket("", limit), day, c, budget}} {
+		tenant := fmt.Sprint("tenant-", i)
 		take := func() *storekit.Op {
 			return do(t, s, &storekit.Op{Kind: storekit.Take, Tenant: tenant, Rules: rules, Cost: 1, MaxDelay: time.Second})
 		}
