@@ -56,6 +56,43 @@ func BenchmarkPolicies(b *testing.B) {
 	}
 }
 
+// BenchmarkPoliciesPaired is BenchmarkPolicies's bucket and
+// bucket+inflight cases over its 10,000 tenants for a machine shared with
+// other work: the two plans take turns in short blocks, and the metrics
+// are the medians of the blocks (see memPairedSerial and
+// memPairedParallel), which a block that was descheduled does not move.
+func BenchmarkPoliciesPaired(b *testing.B) {
+	bucket := tollgate.Limit{Rate: 1e6, Burst: 1e9} // no request reaches it
+	ctx := context.Background()
+	var stores []memNamedTake
+	for _, name := range []string{"bucket", "inflight"} {
+		plan := tollgate.Plan{Name: "growth", Limit: bucket}
+		if name == "inflight" {
+			plan.Policies = []tollgate.Policy{{InFlight: 1000}}
+		}
+		s := memory.New()
+		b.Cleanup(func() { s.Close() })
+		l, err := tollgate.New(s, tollgate.SinglePlan(plan), tollgate.WithLogger(nil))
+		if err != nil {
+			b.Fatal(err)
+		}
+		stores = append(stores, memNamedTake{name, func(tenant string) bool {
+			d, _ := l.Take(ctx, tollgate.Request{Tenant: tenant, Method: "GET", Route: "GET /api/hello"})
+			if err := l.Release(ctx, &d); err != nil {
+				b.Error(err)
+			}
+			return d.Allowed
+		}})
+	}
+	keys := memCloneKeys(memTenantKeys(policiesTenants))
+	b.Run("case=serial", func(b *testing.B) {
+		memPairedSerial(b, stores, []memPairedCase{{"keys10k", func(_, n int) string { return keys[n%len(keys)] }}})
+	})
+	b.Run("case=parallel", func(b *testing.B) {
+		memPairedParallel(b, stores, []memPairedCase{{"keys10k", func(w, n int) string { return keys[(n+w*len(keys)/2)%len(keys)] }}})
+	})
+}
+
 // runHeldDecisions is runDecisions for a plan with an in-flight cap: each
 // allowed decision holds a slot, given back at once, as a request that
 // returns at once would.
