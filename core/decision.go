@@ -87,14 +87,14 @@ type Decision struct {
 	rules       *ruleSet
 	n           int // policies that applied
 	results     [inlinePolicies]Result
-	more        []Result      // the results past inlinePolicies, for large plans
-	mark        int64         // the store's mark of a reservation, for Cancel
-	lease       string        // the slot held in in-flight policies, for Release
-	slotAt      int32         // the slot's index in its shard of the Limiter's slots
-	held        storekit.Held // the slots held without a lease, of an in-process store
-	heldCount   *atomic.Int64 // where the Limiter counts them
-	figures     bool          // the figures may be shown to the client
-	policyIndex int           // of Policy, in Policies
+	more        []Result   // the results past inlinePolicies, for large plans
+	mark        int64      // the store's mark of a reservation, for Cancel
+	lease       string     // the slot held in in-flight policies, for Release
+	slotAt      int32      // the slot's index in its shard of the Limiter's slots
+	held        *heldSlots // the slots held without a lease, of an in-process store
+	heldGen     uint64     // held.gen when d took them
+	figures     bool       // the figures may be shown to the client
+	policyIndex int        // of Policy, in Policies
 }
 
 // inlinePolicies is how many policies' results a Decision holds without an

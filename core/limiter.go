@@ -470,7 +470,7 @@ func (l *Limiter) settle(d *Decision, rs *ruleSet, op *storekit.Op, shadow bool)
 			}
 		}
 		if h, ok := op.Slot.(storekit.Held); ok && op.Allowed && op.Lease == "" {
-			d.held, d.heldCount = h, l.countHeld(rs)
+			l.holdUnleased(d, rs, h)
 		} else if op.Allowed {
 			l.hold(d, op, rs.inFlight)
 		}

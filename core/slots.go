@@ -267,18 +267,43 @@ func (l *Limiter) Release(ctx context.Context, d *Decision) error {
 	return err
 }
 
+// A heldSlots is the slots of one Decision held without a lease. Its gen
+// moves on when they are given back, so that a copy of the Decision, which
+// holds the gen of before, gives back nothing; records are reused, so that
+// holding a slot allocates nothing.
+type heldSlots struct {
+	gen   atomic.Uint64
+	held  storekit.Held
+	count *atomic.Int64 // the plan's count, of SlotsHeld
+}
+
+var heldRecords = sync.Pool{New: func() any { return new(heldSlots) }}
+
+// holdUnleased records in d the slots h that the store granted without a
+// lease, under rs.
+func (l *Limiter) holdUnleased(d *Decision, rs *ruleSet, h storekit.Held) {
+	rec := heldRecords.Get().(*heldSlots)
+	rec.held, rec.count = h, l.countHeld(rs)
+	d.held, d.heldGen = rec, rec.gen.Load()
+}
+
 // releaseHeld gives back the slots that d holds without a lease, if any.
 func (l *Limiter) releaseHeld(d *Decision) {
-	h, n := d.held, d.heldCount
-	if h == nil {
+	rec, gen := d.held, d.heldGen
+	if rec == nil {
 		return
 	}
-	d.held, d.heldCount = nil, nil
-	// A copy of d released already has given them back.
-	if h.Release() {
-		n.Add(-1)
-		l.wakeFirst(d.Tenant)
+	d.held = nil
+	// A copy of d released already has moved gen on.
+	if !rec.gen.CompareAndSwap(gen, gen+1) {
+		return
 	}
+	h, n := rec.held, rec.count
+	rec.held, rec.count = nil, nil
+	heldRecords.Put(rec)
+	h.Release()
+	n.Add(-1)
+	l.wakeFirst(d.Tenant)
 }
 
 // letGo drops the slot of d from the slots held, and returns what it

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"slices"
 	"sync/atomic"
 
 	"github.com/tollgate-go/tollgate/core/storekit"
@@ -79,16 +80,12 @@ func takeCappedLocked(tn *tenant, op *storekit.Op, t int64) {
 	op.Results = append(op.Results[:0], res)
 	op.Allowed, op.Delay = granted, 0
 	noLease := unleased(op)
-	var h *held
 	if granted {
 		tn.noteTolerance(bucket.Tolerance())
 		delay := max(wait, 0)
 		op.Delay, op.Mark, op.Slot = usec(delay), t+delay, tn
-		if noLease {
-			h = &held{}
-			op.Slot = h
-		}
 	}
+	counters := make([]*capSlots, 0, inlineRules)
 	expires := t + op.LeaseTTL.Microseconds()
 	for i := range caps {
 		r := &caps[i]
@@ -100,10 +97,10 @@ func takeCappedLocked(tn *tenant, op *storekit.Op, t int64) {
 			s.size = r.Burst
 			if noLease {
 				if s.unleased == nil {
-					s.unleased = newCounter()
+					s.unleased = new(capSlots)
 				}
-				s.unleased.Add(1)
-				h.add(s.unleased)
+				s.unleased.n.Add(1)
+				counters = append(counters, s.unleased)
 			} else {
 				s.setLease(op.Lease, expires)
 			}
@@ -113,6 +110,9 @@ func takeCappedLocked(tn *tenant, op *storekit.Op, t int64) {
 			held = s.inFlight()
 		}
 		op.Results = append(op.Results, storekit.Result{Allowed: granted || held < r.Burst, Remaining: max(r.Burst-held, 0)})
+	}
+	if granted && noLease {
+		op.Slot = heldOf(counters)
 	}
 }
 
@@ -126,41 +126,38 @@ func (tn *tenant) addInFlight(name string) *ruleState {
 	return &(*tn.others)[len(*tn.others)-1]
 }
 
-// A held is the slots that one Take without a lease holds: a
-// storekit.Held. It counts on in the caps' counters even if its tenant is
-// dropped meanwhile (evicted at the Store's cap), which no one reads then.
-type held struct {
-	first    *atomic.Int64 // the counter of its first cap
-	more     []*atomic.Int64
-	released atomic.Bool
+// A capSlots counts the slots of a tenant's in-flight cap held without a
+// lease. Takes add to it under the tenant's lock; Release takes one back
+// without it, which only frees room, so no decision in progress can be
+// wrong about it. It is the storekit.Held of a Take of one cap, and sits
+// on a cache line of its own, so that the counts of tenants served on
+// different cores do not slow each other.
+type capSlots struct {
+	n atomic.Int64
+	_ [56]byte
 }
 
-// add adds the counter of a cap in which the slot is held.
-func (h *held) add(n *atomic.Int64) {
-	if h.first == nil {
-		h.first = n
-	} else {
-		h.more = append(h.more, n)
+// Release gives back one slot.
+func (c *capSlots) Release() { c.n.Add(-1) }
+
+// manyCaps is the storekit.Held of a Take of several caps.
+type manyCaps []*capSlots
+
+// Release gives back one slot of each cap.
+func (m manyCaps) Release() {
+	for _, c := range m {
+		c.Release()
 	}
 }
 
-// Release gives the slots back, once.
-func (h *held) Release() bool {
-	if h.released.Swap(true) {
-		return false
+// heldOf returns the Held of slots counted in counters, or nil if there
+// are none.
+func heldOf(counters []*capSlots) storekit.Held {
+	switch len(counters) {
+	case 0:
+		return nil
+	case 1:
+		return counters[0]
 	}
-	h.first.Add(-1)
-	for _, n := range h.more {
-		n.Add(-1)
-	}
-	return true
-}
-
-// newCounter returns a counter on a cache line of its own, so that the
-// counters of tenants served on different cores do not slow each other.
-func newCounter() *atomic.Int64 {
-	return &new(struct {
-		n atomic.Int64
-		_ [56]byte
-	}).n
+	return manyCaps(slices.Clone(counters))
 }

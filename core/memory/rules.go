@@ -216,19 +216,13 @@ func apply(tn *tenant, op *storekit.Op, t int64, now time.Time) bool {
 // held returns the Held of the slots that w's Op took without a lease, or
 // nil if it took none, once commit has counted them.
 func (w *workingSet) held() storekit.Held {
-	var h *held
+	counters := make([]*capSlots, 0, inlineRules)
 	for i := range w.states {
 		if s := &w.states[i]; s.lease == leaseNone {
-			if h == nil {
-				h = &held{}
-			}
-			h.add(s.unleased)
+			counters = append(counters, s.unleased)
 		}
 	}
-	if h == nil {
-		return nil
-	}
-	return h
+	return heldOf(counters)
 }
 
 // unleased reports whether op takes its slots without a lease, as a
@@ -425,9 +419,9 @@ func commit(tn *tenant, states []opState, mainTAT, t, wall int64, lease string, 
 			s.setLease(lease, expires)
 		case leaseNone:
 			if s.unleased == nil {
-				s.unleased = newCounter()
+				s.unleased = new(capSlots)
 			}
-			s.unleased.Add(1)
+			s.unleased.n.Add(1)
 		case leaseDropped:
 			delete(s.leases, lease)
 		}

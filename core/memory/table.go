@@ -130,14 +130,14 @@ type ruleState struct {
 	// add to it under the tenant's lock, and a Held's Release takes from
 	// it without: that only frees room, which no decision in progress
 	// can be wrong about.
-	unleased *atomic.Int64
+	unleased *capSlots
 }
 
 // inFlight returns how many requests hold a slot of an in-flight cap.
 func (r *ruleState) inFlight() int64 {
 	n := int64(len(r.leases))
 	if r.unleased != nil {
-		n += r.unleased.Load()
+		n += r.unleased.n.Load()
 	}
 	return n
 }

@@ -241,11 +241,12 @@ type InProcess interface {
 }
 
 // A Held is the slots that a granted Take without a Lease holds in the
-// InFlight rules of an InProcess store.
+// InFlight rules of an InProcess store. It need not be the Take's alone
+// (the memory store's is the count of the tenant's cap), so its caller
+// calls Release once per granted Take.
 type Held interface {
-	// Release gives the slots back, and reports whether it did: it does
-	// nothing after its first call.
-	Release() bool
+	// Release gives the slots back.
+	Release()
 }
 
 // A Doer applies Ops: a tollgate.Store.
