@@ -232,9 +232,10 @@ func (op *Op) RetryAfter() time.Duration {
 // An InProcess store keeps its state in the memory of the caller's
 // process, so that its slots die with the requests that hold them: a
 // Limiter takes them with no Lease, and neither renews them nor names them.
-// Such a slot never expires. A granted Take with InFlight rules and an
-// empty Lease sets Op.Slot to a Held, which gives the slots back; a Cancel
-// with an empty Lease gives back tokens alone.
+// Such a slot never expires. A granted Take with InFlight rules, an empty
+// Lease and a LeaseTTL of 0 sets Op.Slot to a Held, which gives the slots
+// back; a Cancel with an empty Lease gives back tokens alone. (An empty
+// Lease with a LeaseTTL is a lease like any other.)
 type InProcess interface {
 	// InProcess does nothing: it marks the store.
 	InProcess()
