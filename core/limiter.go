@@ -469,10 +469,12 @@ func (l *Limiter) settle(d *Decision, rs *ruleSet, op *storekit.Op, shadow bool)
 				r.RetryAfter = inFlightRetry
 			}
 		}
-		if h, ok := op.Slot.(storekit.Held); ok && op.Allowed && op.Lease == "" {
-			l.holdUnleased(d, rs, h)
-		} else if op.Allowed {
+		switch h, ok := op.Slot.(storekit.Held); {
+		case !op.Allowed:
+		case op.Lease != "":
 			l.hold(d, op, rs.inFlight)
+		case ok:
+			l.holdUnleased(d, rs, h)
 		}
 	}
 	setResults(d, rs, op.Allowed, op.Results)
