@@ -16,9 +16,9 @@
 // storekit.Held its Take returned, by an atomic decrement. Slots taken
 // under a lease, as other callers may, are kept with when each expires,
 // on the monotonic clock; a lease that expires is dropped, so that the
-// slots of requests whose Release never comes free again. An Op is decided
-// at its Now, which the Limiter sets with one
-// clock reading; a Take, and an Op without a Now, read the clock once.
+// slots of requests whose Release never comes free again. An Op is
+// decided at its Now, which the Limiter sets with one clock reading; a
+// Take, and an Op without a Now, read the clock once.
 //
 // Each tenant's main bucket, the one Take uses (Rule.Name ""), is a word
 // that a request moves by compare-and-swap: a Take, or an Op on the main

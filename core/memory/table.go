@@ -126,10 +126,7 @@ type ruleState struct {
 	leases  map[string]int64
 	pruneAt int64
 	// unleased counts the slots held without a lease, a Limiter's, which
-	// never expire (see storekit.InProcess); nil until the first. Takes
-	// add to it under the tenant's lock, and a Held's Release takes from
-	// it without: that only frees room, which no decision in progress
-	// can be wrong about.
+	// never expire (see storekit.InProcess); nil until the first.
 	unleased *capSlots
 }
 

@@ -201,7 +201,8 @@ type Op struct {
 	// Its meaning is the store's own.
 
 	// Slot, after a granted Take that holds slots, may be set by the
-	// store: see Slot above.
+	// store: see Slot above. After one without a Lease, of an InProcess
+	// store, it is the Take's Held.
 
 	// Results holds one Result per rule, in order: after a granted Take,
 	// each rule's state; after a denied one or an Inspect, each rule's
