@@ -57,7 +57,9 @@ type Limiter struct {
 	admin           adminState
 	noOverrides     bool // the store keeps none
 	slots           slots
-	inProcess       [2]bool // the store, and the fallback, keep slots without leases
+	// The store, and the fallback, keep slots without leases (see
+	// storekit.InProcess).
+	storeInProcess, fallbackInProcess bool
 }
 
 // defaultResolverTimeout bounds each plan lookup unless WithResolverTimeout
@@ -194,8 +196,8 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l.lookups.resolve = plans.ResolvePlan
-	_, l.inProcess[0] = store.(storekit.InProcess)
-	_, l.inProcess[1] = l.fallback.(storekit.InProcess)
+	_, l.storeInProcess = store.(storekit.InProcess)
+	_, l.fallbackInProcess = l.fallback.(storekit.InProcess)
 	if l.now == nil {
 		l.clock.init()
 		l.now = l.clock.now
@@ -414,7 +416,7 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, unt
 	op := ops.Get().(*storekit.Op)
 	defer ops.Put(op)
 	*op = storekit.Op{Kind: storekit.Take, Tenant: req.Tenant, Rules: rs.rules, Cost: d.Cost, Now: d.Time, Results: op.Results[:0]}
-	if len(rs.inFlight) > 0 && !l.inProcess[0] {
+	if len(rs.inFlight) > 0 && !l.storeInProcess {
 		op.Lease, op.LeaseTTL = newLease(), leaseTTL
 	}
 	if req.MaxDelay > 0 && !shadow {
@@ -535,7 +537,7 @@ func (l *Limiter) failOver(ctx context.Context, d *Decision, cp *compiledPlan, o
 		if err == nil {
 			op.Rules, op.Results, op.Latency, op.Slot = rs.rules, op.Results[:0], 0, nil
 			op.Lease, op.LeaseTTL = "", 0
-			if len(rs.inFlight) > 0 && !l.inProcess[1] {
+			if len(rs.inFlight) > 0 && !l.fallbackInProcess {
 				op.Lease, op.LeaseTTL = newLease(), leaseTTL
 			}
 			if err = l.fallback.Do(ctx, op); err == nil {

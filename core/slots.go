@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,49 +28,13 @@ const (
 	slotPoll = 50 * time.Millisecond
 )
 
-// newLease returns a lease name no other request draws: 16 bytes, which
-// every store keeps as they are. A lease is a slice of a block of
-// leaseBlockSize of them, so that drawing one seldom allocates: 15 random
-// bytes of its block tell it from another block's, of this process or
-// another, and its last byte, its index, from its neighbours'.
+// newLease returns a lease name no other request draws: 128 random bits,
+// as bytes, which every store keeps as they are.
 func newLease() string {
-	b := leaseBlocks.Get().(*leaseBlock)
-	if b.next == leaseBlockSize {
-		*b = newLeaseBlock()
-	}
-	lease := b.names[b.next*leaseSize : (b.next+1)*leaseSize]
-	b.next++
-	leaseBlocks.Put(b)
-	return lease
-}
-
-const (
-	leaseSize      = 16
-	leaseBlockSize = 64
-)
-
-type leaseBlock struct {
-	names string // leaseBlockSize leases, leaseSize bytes each
-	next  int    // the next lease to hand out
-}
-
-var leaseBlocks = sync.Pool{New: func() any {
-	b := newLeaseBlock()
-	return &b
-}}
-
-func newLeaseBlock() leaseBlock {
-	// A Builder hands over what it built without a copy.
-	var names strings.Builder
-	names.Grow(leaseBlockSize * leaseSize)
-	hi, lo := rand.Uint64(), rand.Uint64()&^0xff
-	for i := range leaseBlockSize {
-		var b [leaseSize]byte
-		binary.BigEndian.PutUint64(b[:8], hi)
-		binary.BigEndian.PutUint64(b[8:], lo|uint64(i))
-		names.Write(b[:])
-	}
-	return leaseBlock{names: names.String()}
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	return string(b[:])
 }
 
 // A heldSlot is a slot this process holds, renewed while it is held; an
@@ -166,8 +129,7 @@ type paddedSlotShard struct {
 }
 
 func (s *slots) shardOf(lease string) *slotShard {
-	// A lease's last byte tells it from those drawn just before it.
-	return &s.shards[lease[len(lease)-1]%slotShards].slotShard
+	return &s.shards[lease[0]%slotShards].slotShard
 }
 
 // hold records a slot granted to d by op and makes sure it is renewed.
