@@ -148,8 +148,17 @@ func (s *Store) doMainBucket(op *storekit.Op) {
 }
 
 // checkRule reports a rule that no Limiter would build, on which the
-// arithmetic of the Store would go wrong.
+// arithmetic of the Store would go wrong. Every Op checks its rules, so
+// the check of a valid bucket, nearly every rule, is inlined.
 func checkRule(r *storekit.Rule) error {
+	if r.Kind == storekit.Bucket && r.Burst >= 1 && r.Interval >= 1 {
+		return nil
+	}
+	return checkOtherRule(r)
+}
+
+// checkOtherRule is checkRule for a rule other than a valid bucket.
+func checkOtherRule(r *storekit.Rule) error {
 	switch {
 	case r.Burst < 1:
 		return fmt.Errorf("%w: memory: rule %q has a Burst of %d", storekit.ErrInvalid, r.Name, r.Burst)

@@ -45,17 +45,18 @@ type shard struct {
 	hand    int // the entry where the next eviction pass starts (see reclaim)
 }
 
-// An entry of a shard holds a tenant and its hash, a tombstone, or nil:
-// the end of a probe. The hash beside the pointer lets a probe pass the
-// entries of other tenants without reading them, a cache miss each.
+// An entry of a shard holds a tenant and the hash of its ID, a
+// tombstone, or nil: the end of a probe. The hash beside the pointer lets
+// a probe pass the entries of other tenants without reading them, a cache
+// miss each.
 type entry struct {
 	hash atomic.Uint64 // stored before tn
 	tn   atomic.Pointer[tenant]
 }
 
-// set makes e hold tn.
-func (e *entry) set(tn *tenant) {
-	e.hash.Store(tn.hash)
+// set makes e hold tn, whose ID hashes to h.
+func (e *entry) set(h uint64, tn *tenant) {
+	e.hash.Store(h)
 	e.tn.Store(tn)
 }
 
@@ -99,13 +100,38 @@ func newTable(maxKeys int, c clock) *table {
 // (Rule.Name "", a Take's bucket) is one word that requests change by
 // compare-and-swap without a lock; its other rules, rarer, are a slice
 // that Ops change under the tenant's lock.
+//
+// A tenant fills one cache line, and a short ID is kept in it: a request
+// that finds its tenant reads the ID and the TAT from memory once, where a
+// copy of the ID elsewhere would be a second cache miss for every tenant
+// of a large Store.
 type tenant struct {
-	tat    atomic.Int64 // the main bucket's TAT; deadTAT once dropped
-	tol    atomic.Int64 // the main bucket's tolerance when last taken from, to rank it for eviction
-	mu     sync.Mutex   // guards others; held to drop the tenant
-	others *[]ruleState // nil when the tenant has no other rule in use
-	hash   uint64       // of the ID, with the table's seed
-	id     string       // the tenant's ID, as its shard keeps it (see lookup)
+	tat    atomic.Int64     // the main bucket's TAT; deadTAT once dropped
+	id     string           // the tenant's ID, as its shard keeps it (see lookup); in short if it fits
+	short  [shortIDLen]byte // holds an ID of up to shortIDLen bytes
+	tol    atomic.Int64     // the main bucket's tolerance when last taken from, to rank it for eviction
+	mu     sync.Mutex       // guards others; held to drop the tenant
+	others *[]ruleState     // nil when the tenant has no other rule in use
+}
+
+// shortIDLen is the longest ID a tenant keeps in itself: the room that is
+// left of a cache line.
+const shortIDLen = 16
+
+// newTenant returns the tenant of k, with a full main bucket.
+func newTenant(k *lookup) *tenant {
+	tn := new(tenant)
+	switch {
+	case k.hashed:
+		tn.id = string(k.digest[:])
+	case len(k.id) <= len(tn.short):
+		// A copy, as the caller's string may live in a buffer it reuses.
+		tn.id = unsafe.String(&tn.short[0], copy(tn.short[:], k.id))
+	default:
+		tn.id = strings.Clone(k.id)
+	}
+	tn.tat.Store(fullTAT)
+	return tn
 }
 
 // A ruleState is the state of one rule of a tenant other than its main
@@ -230,11 +256,8 @@ func (tb *table) lookup(tenant string, k *lookup) {
 	k.sh = &tb.shards[k.h&tb.mask].shard
 }
 
-// is reports whether tn is k's tenant.
+// is reports whether tn is k's tenant. The caller has compared hashes.
 func (k *lookup) is(tn *tenant) bool {
-	if tn.hash != k.h {
-		return false
-	}
 	if k.hashed {
 		return tn.id == string(k.digest[:])
 	}
@@ -289,12 +312,7 @@ func (tb *table) insert(k *lookup) *tenant {
 	if sh.n >= sh.cap {
 		tb.reclaim(sh)
 	}
-	// A copy: the caller's string may live in a buffer it reuses.
-	tn := &tenant{id: strings.Clone(k.id), hash: k.h}
-	if k.hashed {
-		tn.id = string(k.digest[:])
-	}
-	tn.tat.Store(fullTAT)
+	tn := newTenant(k)
 	p := sh.entries.Load()
 	// Entries stay at most three quarters used, so that a probe is
 	// short and always ends at a nil one.
@@ -309,7 +327,7 @@ func (tb *table) insert(k *lookup) *tenant {
 	if es[pr.at].tn.Load() == nil {
 		sh.used++
 	}
-	es[pr.at].set(tn)
+	es[pr.at].set(k.h, tn)
 	sh.n++
 	return tn
 }
@@ -324,15 +342,15 @@ func (sh *shard) rebuild(room int) *[]entry {
 	es := make([]entry, n)
 	if p := sh.entries.Load(); p != nil {
 		for i := range *p {
-			tn := (*p)[i].tn.Load()
+			tn, h := (*p)[i].tn.Load(), (*p)[i].hash.Load()
 			if tn == nil || tn == tombstone {
 				continue
 			}
-			pr := probeOf(tn.hash, n)
+			pr := probeOf(h, n)
 			for es[pr.at].tn.Load() != nil {
 				pr.next()
 			}
-			es[pr.at].set(tn)
+			es[pr.at].set(h, tn)
 		}
 	}
 	sh.used = sh.n
@@ -358,7 +376,7 @@ func (tb *table) reset(k *lookup) {
 		if tn == nil {
 			return
 		}
-		if tn == tombstone || !k.is(tn) {
+		if tn == tombstone || es[i].hash.Load() != k.h || !k.is(tn) {
 			continue
 		}
 		tn.mu.Lock()
