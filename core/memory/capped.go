@@ -83,7 +83,7 @@ func takeCappedLocked(tn *tenant, op *storekit.Op, t int64) {
 	if granted {
 		tn.noteTolerance(bucket.Tolerance())
 		delay := max(wait, 0)
-		op.Delay, op.Mark, op.Slot = usec(delay), t+delay, tn
+		op.Delay, op.Mark = usec(delay), t+delay
 	}
 	counters := make([]*capSlots, 0, inlineRules)
 	expires := t + op.LeaseTTL.Microseconds()
@@ -111,8 +111,12 @@ func takeCappedLocked(tn *tenant, op *storekit.Op, t int64) {
 		}
 		op.Results = append(op.Results, storekit.Result{Allowed: granted || held < r.Burst, Remaining: max(r.Burst-held, 0)})
 	}
-	if granted && noLease {
+	switch {
+	case !granted:
+	case noLease:
 		op.Slot = heldOf(counters)
+	default:
+		op.Slot = tn
 	}
 }
 
