@@ -13,8 +13,10 @@ import (
 // package time offers), the hash of a tenant ID (hash/maphash), and a
 // compare-and-swap of the bucket's state. Set beside BenchmarkMemory's
 // hotkey-serial case, it tells how much of a decision is the rest: the
-// lookup, the arithmetic and the result. go-limiter pays the same clock
-// read (runtime.nanotime), a hash, and two locks.
+// lookup, the arithmetic and the result. go-limiter reads the clock with
+// both its wall and monotonic readings (package time's now, through a
+// go:linkname), hashes the key into a map under a read lock, and takes the
+// bucket's lock.
 func BenchmarkDecisionFloor(b *testing.B) {
 	origin := time.Now()
 	seed := maphash.MakeSeed()
