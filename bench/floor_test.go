@@ -14,9 +14,9 @@ import (
 // compare-and-swap of the bucket's state. Set beside BenchmarkMemory's
 // hotkey-serial case, it tells how much of a decision is the rest: the
 // lookup, the arithmetic and the result. go-limiter reads the clock with
-// both its wall and monotonic readings (package time's now, through a
-// go:linkname), hashes the key into a map under a read lock, and takes the
-// bucket's lock.
+// both its wall and monotonic readings (package time's now, reached by a
+// linkname directive), hashes the key into a map under a read lock, and
+// takes the bucket's lock.
 func BenchmarkDecisionFloor(b *testing.B) {
 	origin := time.Now()
 	seed := maphash.MakeSeed()
