@@ -18,7 +18,7 @@ test: redis-server
 
 # What CI runs (.ci/run): lint, every test with the long fault scenarios,
 # the allocation tests without the race detector, and every module built
-# on its own.
+# on its own. .ci/run runs the same targets in turn, to time each.
 check: lint test-full test-allocs build-alone
 
 # The Redis store's fault scenarios time decisions against a 50 ms
