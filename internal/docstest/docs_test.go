@@ -334,3 +334,19 @@ func uses(f *ast.File) string {
 	}
 	return b.String()
 }
+
+// TestPagesStayShort holds the README and docs/performance.md to the
+// lengths a reader gets through: the README says what tollgate is and how
+// to use it, the performance page gives current results and how to rerun
+// them. Runs, profiles and their analyses go to bench/results.
+func TestPagesStayShort(t *testing.T) {
+	for file, most := range map[string]int{"README.md": 150, "docs/performance.md": 200} {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(b, []byte("\n")); n > most {
+			t.Errorf("%s has %d lines, want at most %d", file, n, most)
+		}
+	}
+}
