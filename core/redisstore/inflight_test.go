@@ -49,6 +49,9 @@ func replicaStores(t *testing.T, opts ...redisstore.Option) []tollgate.Store {
 // 5 run at once, and no slot is left taken.
 func TestInFlightReplicas(t *testing.T) {
 	long(t)
+	// On a test clock, it runs beside TestKilledReplicaFreesSlots, which
+	// waits.
+	t.Parallel()
 	clock := storetest.NewClock()
 	stores := replicaStores(t, redisstore.WithTestClock(clock.Now), redisstore.WithTimeout(patientTimeout))
 	storetest.RunInFlight(t, stores, clock, 20_000)

@@ -27,6 +27,9 @@ const holderEnv = "TOLLGATE_TEST_SLOT_HOLDER"
 // replica gets them back within the lease of 10 s.
 func TestKilledReplicaFreesSlots(t *testing.T) {
 	long(t)
+	// It waits out two leases on a server of its own, beside the other
+	// parallel tests, after the timed fault scenarios.
+	t.Parallel()
 	if addr := os.Getenv(holderEnv); addr != "" {
 		holdSlots(t, addr)
 		return
