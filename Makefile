@@ -22,15 +22,16 @@ test: redis-server
 check: lint test-full test-allocs build-alone
 
 # The Redis store's fault scenarios time decisions against a 50 ms
-# deadline: they run after the other packages, alone, so that no other
-# package's tests take the CPUs from them. bench holds benchmarks only
-# (make bench); lint's go vet compiles it. go test's own vet pass is off:
-# lint vets every package, test files included.
-REDISSTORE := ./core/redisstore/...
+# deadline, and admin times changes reaching other replicas against
+# 100 ms: they run after the other packages, one package at a time, so
+# that no other package's tests take the CPUs from them. bench holds
+# benchmarks only (make bench); lint's go vet compiles it. go test's own
+# vet pass is off: lint vets every package, test files included.
+ALONE := ./core/redisstore/... ./admin/...
 
 test-full: redis-server
-	go test -race -vet=off -shuffle=on -count=1 $(filter-out $(REDISSTORE) ./bench/...,$(PACKAGES))
-	go test -race -vet=off -shuffle=on -count=1 $(REDISSTORE)
+	go test -race -vet=off -shuffle=on -count=1 $(filter-out $(ALONE) ./bench/...,$(PACKAGES))
+	go test -race -vet=off -shuffle=on -count=1 -p 1 $(ALONE)
 
 # Allocation tests (testing.AllocsPerRun, or adaptertest's AllocsPerRun and
 # CheckAllocs) skip under -race, which allocates on its own: the packages

@@ -19,13 +19,15 @@ func TestChangesReachTheOtherReplica(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	a, b, quiet := newReplica(t, prefix, nil), newReplica(t, prefix, nil), newReplica(t, prefix, nil)
 
-	// The 100 tries run on a machine that every package's tests share: a
-	// run whose worst try a stall of the machine pushed past the bound is
+	// make check runs this package alone, after the others; a run whose
+	// worst try a stall of the machine still pushed past the bound is
 	// tried again, up to three times. Replicas that reload later than the
-	// bound miss it in all three.
+	// bound miss it in all three. With -short (make test, every package at
+	// once on the same CPUs) the changes must arrive, and the times are
+	// only logged.
 	for attempt := 1; ; attempt++ {
 		bad := propagationRun(t, a, b, quiet)
-		if bad == "" {
+		if bad == "" || testing.Short() {
 			break
 		}
 		if attempt == 3 {
