@@ -7,7 +7,7 @@ PACKAGES := $(addsuffix /...,$(MODULES))
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: test check test-full test-allocs lint lint-tool bench tidy build-alone fmt redis-server
+.PHONY: test check check-steps test-full test-allocs lint lint-tool bench tidy build-alone fmt redis-server
 
 # The README's test command: every test of every module under the race
 # detector, in one go test run so that packages of all modules share the
@@ -18,8 +18,13 @@ test: redis-server
 
 # What CI runs (.ci/run): lint, every test with the long fault scenarios,
 # the allocation tests without the race detector, and every module built
-# on its own. .ci/run runs the same targets in turn, to time each.
-check: lint test-full test-allocs build-alone
+# on its own. .ci/run runs the same steps in turn (make check-steps lists
+# them), to time each.
+CHECK_STEPS := lint test-full test-allocs build-alone
+check: $(CHECK_STEPS)
+
+check-steps:
+	@echo $(CHECK_STEPS)
 
 # The Redis store's fault scenarios time decisions against a 50 ms
 # deadline, and admin times changes reaching other replicas against
