@@ -25,10 +25,10 @@ const modulePrefix = "github.com/tollgate-go/tollgate/"
 // workspace, as a user who copies it would, with a replace directive only
 // for each tollgate module it imports (they have no release yet), then
 // runs go mod tidy and go vet there: vet type-checks the program as go
-// build would, without linking a binary, which was half the test's time.
-// It fails when a program needs a tollgate module that it does not import,
-// such as a test helper that a module it imports requires: go mod tidy
-// would look for it in vain.
+// build would, without the link, the slow part. It fails when a program
+// needs a tollgate module that it does not import, such as a test helper
+// that a module it imports requires: go mod tidy would look for it in
+// vain.
 //
 // The third-party modules a program imports start at the versions this
 // module requires, and go.sum starts as this module's, so that with a warm
