@@ -173,7 +173,9 @@ func decode(data []byte, k int) (*frozen, error) {
 		}
 		nr := r.uvarint("route count")
 		if r.err == nil && nr > maxRoutes {
+			// Read no routes: the count, however large, is not a bound.
 			r.fail("route count")
+			nr = 0
 		}
 		for range nr {
 			rec.routes = append(rec.routes, route{method: r.string("method"), route: r.string("route"), throttled: r.uvarint("route count")})

@@ -249,6 +249,9 @@ func TestDecodeRejectsDamage(t *testing.T) {
 		"trailing":    append(bytes.Clone(good), 0),
 		"huge count":  append([]byte("TGI1\x01\x00\x00\x00"), 0xff, 0xff, 0xff, 0xff, 0x0f),
 		"zero width":  []byte("TGI1\x00\x00\x00\x00\x00"),
+		// A route count in the billions: found by FuzzDecode, once read
+		// as the number of routes to append.
+		"huge route count": []byte("TGI1\x90\x1c\xb0\r\x03c\x02\x05loopy\x04free2\x03(/orts\n\x80\xc0뜺\x9e\xfd0\x80\xa0\xf7\xf2\x85\xc0\x9e\xfd0\x1c\x80\xb0\xf1\x92/"),
 	} {
 		if _, err := decode(b, 100); err == nil {
 			t.Errorf("%s: decoded", name)
