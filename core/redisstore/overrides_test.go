@@ -3,11 +3,14 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adaptertest"
 	"github.com/tollgate-go/tollgate/core/redisstore"
 	"github.com/tollgate-go/tollgate/core/redistest"
 )
@@ -175,5 +178,57 @@ func TestOverrideKeepsUsage(t *testing.T) {
 	again, _ := l.Inspect(ctx, "t")
 	if err != nil || d.Remaining > 2 || again.Remaining != d.Remaining {
 		t.Errorf("Inspect: %+v then %+v, %v; want 2 left, and nothing spent by inspecting", d.Results(), again.Results(), err)
+	}
+}
+
+// TestDamagedOverrides: overrides in Redis that no Limiter wrote (a value
+// that is not JSON, limits that are no figures, an unknown plan, a
+// change log entry of garbage) are logged and ignored, and every tenant
+// is decided: on its override where that is readable, on its plan
+// otherwise.
+func TestDamagedOverrides(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	client := sharedClient(t)
+	plans, err := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs adaptertest.LogBuffer
+	l, err := tollgate.New(newStore(t, client, redisstore.WithPrefix(prefix)), plans, tollgate.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	overrides, log, version := prefix+"{#admin}:overrides", prefix+"{#admin}:log", prefix+"{#admin}:version"
+	t.Cleanup(func() { client.Del(context.Background(), overrides, log, version) })
+	if err := l.Apply(ctx, tollgate.Change{Tenant: "good", Action: "override", Override: tollgate.Override{Plan: "growth"}, By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	client.HSet(ctx, overrides,
+		"garbage", "\x00{not json",
+		"no-figures", `{"tenant":"bm8tZmlndXJlcw==","change":{"action":"override","override":{"limits":[{"name":"free","limit":{"rate":-1,"burst":0}}]}}}`,
+		"unknown-plan", `{"tenant":"dW5rbm93bi1wbGFu","change":{"action":"override","override":{"plan":"platinum"}}}`,
+		"", "{}")
+	client.LPush(ctx, log, "\xff\xfe garbage")
+	client.Incr(ctx, version)
+	// Changes reads the overrides again, damage and all, before the takes.
+	changes, err := l.Changes(ctx)
+	if err != nil || len(changes) != 1 || changes[0].Tenant != "good" {
+		t.Errorf("Changes: %+v, %v; want the one change a Limiter made", changes, err)
+	}
+	for tenant, want := range map[string]string{"good": "growth", "garbage": "free", "no-figures": "free", "unknown-plan": "free", "other": "free"} {
+		d, err := l.Take(ctx, tollgate.Request{Tenant: tenant})
+		if err != nil || !d.Allowed || d.Plan != want {
+			t.Errorf("tenant %q: plan %q, allowed %v, %v; want %s", tenant, d.Plan, d.Allowed, err, want)
+		}
+	}
+	for _, want := range []string{
+		"override unreadable: ignored\" tenant_id=garbage",
+		"can not apply: the tenant keeps its plan\" tenant_id=no-figures",
+		"can not apply: the tenant keeps its plan\" tenant_id=unknown-plan",
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no log of %q in:\n%s", want, logs.String())
+		}
 	}
 }
