@@ -155,7 +155,9 @@ func (l *Limiter) Apply(ctx context.Context, c Change) error {
 }
 
 // Overrides returns the changes that set the overrides in force now, by
-// tenant.
+// tenant. An override in the store that can not be read, or that is kept
+// under a tenant ID no request can have, is left out, applies to no one,
+// and is logged once.
 func (l *Limiter) Overrides(ctx context.Context) ([]Change, error) {
 	if l == nil {
 		return nil, errNilLimiter
@@ -208,10 +210,18 @@ func (l *Limiter) loadOverrides(ctx context.Context) error {
 	next := &overrideState{version: op.Version, tenants: make(map[string]*activeOverride, len(op.Overrides))}
 	for tenant, value := range op.Overrides {
 		c, err := decodeChange(value)
+		if err == nil {
+			// No request could have it, and Apply could not clear it.
+			err = checkTenant(tenant)
+		}
 		if err != nil {
-			l.mistake(ctx, "override:"+tenant, "rate limiter override unreadable: ignored", slog.String("tenant_id", tenant), slog.String("error", err.Error()))
+			l.mistake(ctx, "override:"+tenant, "rate limiter override unreadable: ignored",
+				slog.String("tenant_id", truncate(tenant, maxTenantLength)), slog.String("error", err.Error()))
 			continue
 		}
+		// The tenant it is kept under is the one it applies to, and the
+		// one that Apply clears, whatever the value says.
+		c.Tenant = tenant
 		ao := &activeOverride{change: c}
 		if c.Override.Plan != "" && l.compiledPlans != nil {
 			ao.plan = l.compiledPlans.compiledPlan(c.Override.Plan)

@@ -3,11 +3,16 @@ package tollgate_test
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/memory"
+	"github.com/tollgate-go/tollgate/core/storekit"
 )
 
 // TestOverrideOnTheMemoryStore: an override applies from the next
@@ -98,4 +103,94 @@ func TestOverridesKeepTenantIDsByteForByte(t *testing.T) {
 	if changes, _ := l.Changes(ctx); changes[0].Tenant != "caf\xe8" {
 		t.Fatalf("newest change of %q", changes[0].Tenant)
 	}
+}
+
+// A foreignStore is a memory store whose overrides and change log hold
+// what a test puts there: what a store shared with other software, an older
+// version or a hostile party could hold.
+type foreignStore struct {
+	*memory.Store
+	overrides map[string][]byte
+	notes     [][]byte
+}
+
+func (s *foreignStore) Do(ctx context.Context, op *storekit.Op) error {
+	if op.Kind == storekit.LoadOverrides {
+		op.Overrides, op.Notes, op.Version = maps.Clone(s.overrides), s.notes, 1
+		return nil
+	}
+	return s.Store.Do(ctx, op)
+}
+
+// FuzzStoredOverrides: whatever a store holds as a tenant's override and
+// as a change, the Limiter starts, decides on every tenant (the one the
+// override is kept under on its plan or on the override, any other on its
+// plan), lists the override under the tenant it applies to, and never
+// panics.
+func FuzzStoredOverrides(f *testing.F) {
+	for _, seed := range []struct {
+		tenant      string
+		value, note string
+	}{
+		{"t", `{"tenant":"dA==","change":{"action":"override","override":{"plan":"growth"}}}`, `{"tenant":"dA==","change":{"action":"clear"}}`},
+		{"t", `{"tenant":"dA==","change":{"action":"override","override":{"limits":[{"name":"free","limit":{"rate":5,"burst":50}}]}}}`, ""},
+		{"t", `{"tenant":"dA==","change":{"action":"override","override":{"limits":[{"name":"free","quota":{"tokens":3}}],"expires_at":"2999-01-01T00:00:00Z"}}}`, "x"},
+		{"t", `{"tenant":"b3RoZXI=","change":{"action":"override","override":{"plan":"enterprise"}}}`, ""},
+		{"", `{}`, `{"tenant":"","change":{}}`},
+		{"a\nb", `{"tenant":"YQpi","change":{"action":"override","override":{"plan":"growth"}}}`, "\xff"},
+		{"t", `{"change":{"override":{"plan":"free+override","limits":[{"name":"free","in_flight":3}]}}}`, ""},
+	} {
+		f.Add(seed.tenant, []byte(seed.value), []byte(seed.note))
+	}
+	plans, err := tollgate.NewStaticResolver(tollgate.DefaultPlans(), "free", nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, p := range tollgate.DefaultPlans() {
+		known[p.Name], known[p.Name+"+override"] = true, true
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f.Fuzz(func(t *testing.T, tenant string, value, note []byte) {
+		store := &foreignStore{Store: memory.New(memory.WithSweepInterval(0)), overrides: map[string][]byte{tenant: value}, notes: [][]byte{note}}
+		defer store.Close()
+		l, err := tollgate.New(store, plans, tollgate.WithLogger(logger))
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		ctx := context.Background()
+		list, err := l.Overrides(ctx)
+		if err != nil {
+			t.Fatalf("Overrides: %v", err)
+		}
+		for _, c := range list {
+			if c.Tenant != tenant {
+				t.Fatalf("an override kept under %q is listed as %q's", tenant, c.Tenant)
+			}
+		}
+		if _, err := l.Changes(ctx); err != nil {
+			t.Fatalf("Changes: %v", err)
+		}
+		for _, who := range []string{tenant, "someone-else"} {
+			d, err := l.Take(ctx, tollgate.Request{Tenant: who})
+			if errors.Is(err, tollgate.ErrInvalidTenant) {
+				if len(list) > 0 {
+					t.Fatalf("the override of %q, which no request can have, is listed", who)
+				}
+				continue
+			}
+			if err != nil || !d.Allowed || !known[d.Plan] {
+				t.Fatalf("tenant %q: plan %q, allowed %v, %v", who, d.Plan, d.Allowed, err)
+			}
+			if who != tenant && d.Plan != "free" {
+				t.Fatalf("tenant %q, who has no override, decided on %q", who, d.Plan)
+			}
+			if strings.HasSuffix(d.Plan, "+override") && len(list) == 0 {
+				t.Fatalf("tenant %q decided on %q, an override not listed", who, d.Plan)
+			}
+			if _, err := l.Inspect(ctx, who); err != nil {
+				t.Fatalf("Inspect %q: %v", who, err)
+			}
+		}
+	})
 }
