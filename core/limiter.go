@@ -592,24 +592,16 @@ func divideLimit(lim Limit, n int64) Limit {
 // resolve finds tenant's compiled plan within the resolver timeout.
 func (l *Limiter) resolve(ctx context.Context, tenant string) (*compiledPlan, error) {
 	if l.compiledPlans != nil {
-		return l.resolveCompiled(ctx, tenant)
+		// This package's resolvers honour the bound, and run no code of
+		// the application's on this goroutine: lookups run on their own,
+		// which turn a panic into an error (safeResolve).
+		return l.compiledPlans.resolveCompiled(ctx, tenant, l.resolverTimeout)
 	}
 	p, err := l.lookups.start(ctx, tenant, l.resolverTimeout, l.resolverTimeout, nil).await(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return l.compiled.get(&p)
-}
-
-// resolveCompiled asks a resolver of this package, which honours its bound,
-// on the request's goroutine. A panic is an error all the same.
-func (l *Limiter) resolveCompiled(ctx context.Context, tenant string) (cp *compiledPlan, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			cp, err = nil, fmt.Errorf("tollgate: the plan resolver panicked: %v", v)
-		}
-	}()
-	return l.compiledPlans.resolveCompiled(ctx, tenant, l.resolverTimeout)
 }
 
 // CheckBudget reports why requests can not draw from the budget called
