@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -186,6 +187,60 @@ func TestInvalidState(t *testing.T) {
 		}
 		client.Del(ctx, key)
 	}
+}
+
+// FuzzStoredState: whatever a tenant's hash holds where its token bucket
+// and its quota are kept, an Inspect and two Takes succeed with figures
+// within the rules' bounds, and each leaves every field empty or holding a
+// state of its kind: the Inspect, which writes nothing, by removing what
+// is not one.
+func FuzzStoredState(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"1767225600.000000", "3:1767225600.000000"},
+		{"garbage", "garbage"},
+		{"99999999999999999999.000000", "3"},
+		{"9999999999.000000", "1000000000000000:1767225600.000000"},
+		{"000000000001.999999", "999999999999999:9999999999.999999"},
+		{"", ":"},
+		{"5000000000.000000", "999:5000000000.000000"}, // a century ahead: valid, and far over
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	client := sharedClient(f)
+	s := newStore(f, client)
+	key := s.Key("t")
+	rules := []storekit.Rule{bucket("", 1, 5), quota("day", 5, day)}
+	kept := map[string]*regexp.Regexp{
+		"":         regexp.MustCompile(`^[0-9]+\.[0-9]{6}$`),
+		"day":      regexp.MustCompile(`^[0-9]+:[0-9]+\.[0-9]{6}$`),
+		"~expires": regexp.MustCompile(`^[0-9]+$`),
+	}
+	f.Fuzz(func(t *testing.T, tat, used string) {
+		ctx := context.Background()
+		if err := client.HSet(ctx, key, "", tat, "day", used).Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer client.Del(ctx, key)
+		for _, kind := range []storekit.Kind{storekit.Inspect, storekit.Take, storekit.Take} {
+			op := storekit.Op{Kind: kind, Tenant: "t", Rules: rules, Cost: 1}
+			do(t, s, &op)
+			allowed := true
+			for i, r := range op.Results {
+				if r.Remaining < 0 || r.Remaining > rules[i].Burst || r.RetryAfter < 0 || r.ResetAfter < 0 || (r.RetryAfter > 0) == r.Allowed {
+					t.Fatalf("state %q, %q: rule %q: %+v", tat, used, rules[i].Name, r)
+				}
+				allowed = allowed && r.Allowed
+			}
+			if op.Allowed != allowed {
+				t.Fatalf("state %q, %q: an Op of kind %d allowed %v, results %+v", tat, used, kind, op.Allowed, op.Results)
+			}
+			for field, v := range client.HGetAll(ctx, key).Val() {
+				if re := kept[field]; re == nil || !re.MatchString(v) {
+					t.Fatalf("state %q, %q: after an Op of kind %d the field %q holds %q", tat, used, kind, field, v)
+				}
+			}
+		}
+	})
 }
 
 // TestKeyOfAnotherType: a tenant whose key holds another type fails with
