@@ -314,10 +314,10 @@ var ops = sync.Pool{New: func() any {
 // tokens from every policy of the plan that applies. A failing Store or
 // PlanResolver gives a Degraded decision under the failure policy, not an
 // error. Take returns an error only for a request that can never be
-// decided: an invalid tenant (ErrInvalidTenant), a cost that is negative
-// or larger than a policy of the tenant's plan ever allows
-// (ErrInvalidLimit; the Decision then names the plan), or a resolver that
-// gives an invalid plan, which it also logs.
+// decided: an invalid tenant (ErrInvalidTenant), a negative cost or one
+// larger than a policy of the tenant's plan ever allows (ErrInvalidLimit;
+// for the latter the Decision names the plan), or a resolver that gives an
+// invalid plan, which it also logs.
 func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 	if l == nil {
 		return Decision{Tenant: req.Tenant}, errNilLimiter

@@ -3,11 +3,14 @@ package tollgate_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/adapterkit"
+	"github.com/tollgate-go/tollgate/core/memory"
 )
 
 // trial is the examples' trial plan: bursts of 10 at 5 a second, 30 a day,
@@ -242,4 +245,76 @@ func TestResetClearsPoliciesOfAnOldPlan(t *testing.T) {
 	if d, _ := l.Take(ctx, tollgate.Request{Tenant: "t", Budget: "reports"}); !d.Allowed || d.Results()[1].Remaining != 1 {
 		t.Fatalf("after Reset under another plan, the budget: %+v", d.Results())
 	}
+}
+
+// FuzzPlan: a plan of any figures, as an application's database may hold
+// them, either fails New with ErrInvalidLimit and a message naming what
+// is wrong, or decides a request of any cost: with figures within the
+// plan's, and headers of printable ASCII.
+func FuzzPlan(f *testing.F) {
+	f.Add("trial", 5.0, int64(10), int64(30), false, 0, int64(0), "reports", int64(1))
+	f.Add("big", 1e6, int64(999_999_999_999_999), int64(999_999_999_999_999), true, 28, int64(1_000_000), "", int64(999_999_999_999_999))
+	f.Add("slow", 1e-9, int64(1), int64(1), true, 0, int64(3), "b", int64(2))
+	f.Add("", 0.0, int64(0), int64(-1), false, -1, int64(-1), "a b", int64(-5))
+	f.Fuzz(func(t *testing.T, name string, rate float64, burst, tokens int64, monthly bool, anchor int, inFlight int64, budget string, cost int64) {
+		p := tollgate.Plan{Name: name, Limit: tollgate.Limit{Rate: rate, Burst: burst}}
+		if tokens != 0 {
+			q := tollgate.Quota{Tokens: tokens, Period: tollgate.Daily}
+			if monthly {
+				q.Period, q.AnchorDay = tollgate.Monthly, anchor
+			}
+			p.Policies = append(p.Policies, tollgate.Policy{Quota: q})
+		}
+		if inFlight != 0 {
+			p.Policies = append(p.Policies, tollgate.Policy{InFlight: inFlight})
+		}
+		if budget != "" {
+			p.Policies = append(p.Policies, tollgate.Policy{Budget: budget, Limit: tollgate.Limit{Rate: rate / 2, Burst: burst}})
+		}
+		store := memory.New(memory.WithSweepInterval(0))
+		defer store.Close()
+		l, err := tollgate.New(store, tollgate.SinglePlan(p), tollgate.WithLogger(nil))
+		if err != nil {
+			if !errors.Is(err, tollgate.ErrInvalidLimit) || !strings.Contains(err.Error(), ": ") {
+				t.Fatalf("plan %+v: %v, want ErrInvalidLimit saying why", p, err)
+			}
+			return
+		}
+		ctx := context.Background()
+		req := tollgate.Request{Tenant: "t", Cost: cost, Budget: budget}
+		d, err := l.Take(ctx, req)
+		if err != nil {
+			wantPlan := name
+			if cost < 0 {
+				wantPlan = "" // refused before the plan is resolved
+			}
+			if !errors.Is(err, tollgate.ErrInvalidLimit) || d.Plan != wantPlan {
+				t.Fatalf("plan %+v, cost %d: %+v, %v; want ErrInvalidLimit for the cost", p, cost, d, err)
+			}
+			return
+		}
+		defer l.Release(ctx, &d)
+		if !d.Allowed || d.Remaining < 0 || d.RetryAfter != 0 || d.ResetAfter < 0 {
+			t.Fatalf("plan %+v, cost %d: the first request: %+v", p, cost, d)
+		}
+		for i, r := range d.Results() {
+			if r.Remaining < 0 || r.ResetAfter < 0 || r.RetryAfter != 0 {
+				t.Fatalf("plan %+v, cost %d: policy %q: %+v", p, cost, d.Policies()[i].Name, r)
+			}
+		}
+		h := http.Header{}
+		adapterkit.WriteHeaders(h, &d)
+		if len(h) == 0 {
+			t.Fatalf("plan %+v: no headers for %+v", p, d)
+		}
+		for key, values := range h {
+			for _, v := range values {
+				for i := 0; i < len(v); i++ {
+					if v[i] < 0x20 || v[i] > 0x7e {
+						t.Fatalf("plan %+v: header %s: %q", p, key, v)
+					}
+				}
+			}
+		}
+	})
 }
