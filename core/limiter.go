@@ -322,44 +322,50 @@ func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 	if l == nil {
 		return Decision{Tenant: req.Tenant}, errNilLimiter
 	}
-	// Observers are handed a pointer, so the decision is made in a
-	// pooled one rather than in a result that would escape to the heap.
-	d := decisions.Get().(*Decision)
-	err := l.decide(ctx, &req, d, time.Time{})
-	out := *d
-	decisions.Put(d)
+	c := calls.Get().(*call)
+	err := l.decide(ctx, &req, &c.decision, &c.op, time.Time{})
+	out := c.decision
+	calls.Put(c)
 	return out, err
 }
 
-var decisions = sync.Pool{New: func() any { return new(Decision) }}
+// A call is what a decision is made in: observers are handed a pointer to
+// the Decision and the store one to the Op, so both would escape to the
+// heap; pooled together, a request takes one thing from a pool.
+type call struct {
+	decision Decision
+	op       storekit.Op
+}
+
+var calls = sync.Pool{New: func() any { return new(call) }}
 
 // The HTTP layer decides through internal/hooks into Decisions it reuses
 // (see hooks.TakeInto): this file, so that a request enters it once.
 func init() {
 	hooks.LimiterClock = func(now func() time.Time) any { return withClock(now) }
-	hooks.TakeInto = func(ctx context.Context, l, req, d any) error {
+	hooks.TakeInto = func(ctx context.Context, l, req, d, op any) error {
 		lim, r, dd := l.(*Limiter), req.(*Request), d.(*Decision)
 		if lim == nil {
 			*dd = Decision{Tenant: r.Tenant}
 			return errNilLimiter
 		}
-		return lim.decide(ctx, r, dd, time.Time{})
+		return lim.decide(ctx, r, dd, op.(*storekit.Op), time.Time{})
 	}
 }
 
-// decide is Take into d; until, if not zero, bounds the wait a reservation
-// may ask for (Wait's deadline).
-func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision, until time.Time) error {
-	err := l.attempt(ctx, req, d, until)
+// decide is Take into d, asking the store with op; until, if not zero,
+// bounds the wait a reservation may ask for (Wait's deadline).
+func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision, op *storekit.Op, until time.Time) error {
+	err := l.attempt(ctx, req, d, op, until)
 	l.observe(ctx, d)
 	return err
 }
 
 // attempt is decide without telling the observers, for Wait, which tells
 // them of its last attempt only.
-func (l *Limiter) attempt(ctx context.Context, req *Request, d *Decision, until time.Time) error {
+func (l *Limiter) attempt(ctx context.Context, req *Request, d *Decision, op *storekit.Op, until time.Time) error {
 	*d = Decision{Tenant: req.Tenant, Cost: max(req.Cost, 1), Budget: req.Budget, Method: req.Method, Route: req.Route, Time: l.now()}
-	err := l.decideInto(ctx, req, d, until)
+	err := l.decideInto(ctx, req, d, op, until)
 	if err != nil {
 		d.outcome, d.Allowed = outcomeRejected, false
 		if d.failure == "" {
@@ -375,7 +381,7 @@ func (l *Limiter) observe(ctx context.Context, d *Decision) {
 	}
 }
 
-func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, until time.Time) error {
+func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, op *storekit.Op, until time.Time) error {
 	if err := checkTenant(req.Tenant); err != nil {
 		return err
 	}
@@ -413,9 +419,11 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, unt
 		return l.misconfigured(ctx, d, rs.checkCost(d.Cost))
 	}
 	shadow := l.shadowed(d.Plan)
-	op := ops.Get().(*storekit.Op)
-	defer ops.Put(op)
-	*op = storekit.Op{Kind: storekit.Take, Tenant: req.Tenant, Rules: rs.rules, Cost: d.Cost, Now: d.Time, Results: op.Results[:0]}
+	results := op.Results[:0]
+	if results == nil {
+		results = make([]Result, 0, inlinePolicies)
+	}
+	*op = storekit.Op{Kind: storekit.Take, Tenant: req.Tenant, Rules: rs.rules, Cost: d.Cost, Now: d.Time, Results: results}
 	if len(rs.inFlight) > 0 && !l.storeInProcess {
 		op.Lease, op.LeaseTTL = newLease(), leaseTTL
 	}

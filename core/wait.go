@@ -33,17 +33,15 @@ func (l *Limiter) Wait(ctx context.Context, req Request) (Decision, error) {
 	if l == nil {
 		return Decision{Tenant: req.Tenant}, errNilLimiter
 	}
-	// As in Take: observers are handed a pointer, so the decision is made
-	// in a pooled one rather than in a result that would escape.
-	d := decisions.Get().(*Decision)
-	err := l.wait(ctx, req, d)
-	out := *d
-	decisions.Put(d)
+	c := calls.Get().(*call)
+	err := l.wait(ctx, req, &c.decision, &c.op)
+	out := c.decision
+	calls.Put(c)
 	return out, err
 }
 
-// wait is Wait into d.
-func (l *Limiter) wait(ctx context.Context, req Request, d *Decision) error {
+// wait is Wait into d, asking the store with op.
+func (l *Limiter) wait(ctx context.Context, req Request, d *Decision, op *storekit.Op) error {
 	req.MaxDelay = maxWindow
 	var turn chan struct{} // the request's place in line for a slot
 	var leave func()
@@ -70,7 +68,7 @@ func (l *Limiter) wait(ctx context.Context, req Request, d *Decision) error {
 		}
 		deadline, bounded := ctx.Deadline()
 		attempted = true
-		if err := l.attempt(ctx, &req, d, deadline); err != nil {
+		if err := l.attempt(ctx, &req, d, op, deadline); err != nil {
 			return err
 		}
 		switch {

@@ -54,12 +54,13 @@ type Answer struct {
 	Body     Body
 
 	req     tollgate.Request // what Decision was decided on
+	op      storekit.Op      // what the store was asked
 	limiter *tollgate.Limiter
 	ctx     context.Context // the request's, for the store when the slot goes back
 }
 
-// answers are reused, so that neither an Answer nor its Decision is
-// allocated anew for each request: a Decision is too big to be cheap.
+// answers are reused, so that neither an Answer nor its Decision and Op
+// are allocated anew for each request: a Decision is too big to be cheap.
 var answers = sync.Pool{New: func() any { return new(Answer) }}
 
 // Release gives back the slot that a's decision holds in the in-flight
@@ -152,7 +153,7 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 			req.MaxDelay = min(req.MaxDelay, time.Until(deadline))
 		}
 	}
-	err := hooks.TakeInto(ctx, h.limiter, req, &a.Decision)
+	err := hooks.TakeInto(ctx, h.limiter, req, &a.Decision, &a.op)
 	waited := false
 	if err == nil && !a.Decision.Allowed && req.MaxDelay > 0 && slotsOnly(&a.Decision) {
 		// Every policy but the in-flight ones allows the request: it

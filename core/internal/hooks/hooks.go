@@ -21,8 +21,9 @@ var LimiterClock func(now func() time.Time) any
 // from the policies alone. It returns nil for a decision without figures.
 var PolicyMemo func(d any) *atomic.Value
 
-// TakeInto is l.Take(ctx, *req) into d, where l is a *tollgate.Limiter, req
-// a *tollgate.Request and d a *tollgate.Decision: the HTTP layer decides
-// into answers it reuses, which spares it allocating a Decision and
-// copying it out on every request.
-var TakeInto func(ctx context.Context, l, req, d any) error
+// TakeInto is l.Take(ctx, *req) into d, asking the store with op, where l
+// is a *tollgate.Limiter, req a *tollgate.Request, d a *tollgate.Decision
+// and op a *storekit.Op: the HTTP layer decides into answers it reuses,
+// which spares it a Decision and an Op from the engine's pool and copying
+// the Decision out on every request.
+var TakeInto func(ctx context.Context, l, req, d, op any) error
