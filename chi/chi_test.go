@@ -2,7 +2,6 @@ package tollgatechi_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -15,7 +14,6 @@ import (
 	tollgatechi "github.com/tollgate-go/tollgate/chi"
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
 
@@ -276,29 +274,6 @@ func TestRoutePatternOutsideChi(t *testing.T) {
 	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/items/3", nil))
 	if got != "GET /items/{id}" {
 		t.Errorf("RoutePattern = %q, want the ServeMux pattern", got)
-	}
-}
-
-// TestThrottleLogNamesRoute: a Limiter with no Observer but its log looks
-// a route up only for the requests it logs, and its log line of a throttled
-// request to a router's Use middleware names chi's pattern.
-func TestThrottleLogNamesRoute(t *testing.T) {
-	var logs strings.Builder
-	plan := tollgate.Plan{Name: "one", Limit: tollgate.Limit{Rate: 1.0 / 60, Burst: 1}}
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(plan), tollgate.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	r.Use(tollgatechi.Middleware(l))
-	r.Get("/users/{id}", ok)
-	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
-		if w := adaptertest.Serve(r, "GET", "/users/42", "", "X-Tenant-ID", "t"); w.Status != want {
-			t.Fatalf("request %d: %d, want %d", i, w.Status, want)
-		}
-	}
-	if !strings.Contains(logs.String(), `"msg":"request throttled"`) || !strings.Contains(logs.String(), `"route":"/users/{id}"`) {
-		t.Errorf("logged %q, want the throttled request on route /users/{id}", logs.String())
 	}
 }
 

@@ -84,7 +84,6 @@ type Decision struct {
 
 	outcome     outcome
 	failure     string // the kind of failure, for FailureKind
-	mistake     error  // the configuration mistake that refused the request, for the log
 	rules       *ruleSet
 	n           int // policies that applied
 	results     [inlinePolicies]Result

@@ -46,7 +46,6 @@ type Limiter struct {
 	replicas        int64
 	divided         planCache // the plans as the fallback store applies them
 	observers       []Observer
-	routesObserved  bool // by an Observer besides the log, in every decision
 	shadowAll       bool
 	shadowPlans     map[string]bool
 	shadowHeaders   bool
@@ -203,9 +202,6 @@ func New(store Store, plans PlanResolver, opts ...Option) (*Limiter, error) {
 		l.clock.init()
 		l.now = l.clock.now
 	}
-	// The log reads the route of the decisions it logs only; any other
-	// Observer may read every decision's.
-	l.routesObserved = len(l.observers) > 0
 	if l.logger != nil {
 		l.log = newDecisionLog(l.logger)
 		l.observers = append([]Observer{l.log}, l.observers...)
@@ -327,8 +323,7 @@ func (l *Limiter) Take(ctx context.Context, req Request) (Decision, error) {
 		return Decision{Tenant: req.Tenant}, errNilLimiter
 	}
 	c := calls.Get().(*call)
-	err := l.attempt(ctx, &req, &c.decision, &c.op, time.Time{})
-	l.observe(ctx, &c.decision)
+	err := l.decide(ctx, &req, &c.decision, &c.op, time.Time{})
 	out := c.decision
 	calls.Put(c)
 	return out, err
@@ -344,34 +339,30 @@ type call struct {
 
 var calls = sync.Pool{New: func() any { return new(call) }}
 
-// The HTTP layer decides through internal/hooks into Decisions it reuses,
-// and finds a request's route only if the decision's observers read it
-// (see hooks.Attempt): this file, so that a request enters it once.
+// The HTTP layer decides through internal/hooks into Decisions it reuses
+// (see hooks.TakeInto): this file, so that a request enters it once.
 func init() {
 	hooks.LimiterClock = func(now func() time.Time) any { return withClock(now) }
-	hooks.Attempt = func(ctx context.Context, l, req, d, op any) error {
+	hooks.TakeInto = func(ctx context.Context, l, req, d, op any) error {
 		lim, r, dd := l.(*Limiter), req.(*Request), d.(*Decision)
 		if lim == nil {
 			*dd = Decision{Tenant: r.Tenant}
 			return errNilLimiter
 		}
-		return lim.attempt(ctx, r, dd, op.(*storekit.Op), time.Time{})
-	}
-	hooks.RouteObserved = func(l, d any) bool {
-		lim := l.(*Limiter)
-		return lim != nil && (lim.routesObserved || d.(*Decision).outcome != outcomeAllowed)
-	}
-	hooks.Observe = func(ctx context.Context, l, d any) {
-		if lim := l.(*Limiter); lim != nil {
-			lim.observe(ctx, d.(*Decision))
-		}
+		return lim.decide(ctx, r, dd, op.(*storekit.Op), time.Time{})
 	}
 }
 
-// attempt is Take into d, asking the store with op, without telling the
-// observers: Take tells them after, Wait of its last attempt only, and the
-// HTTP layer once it has the route they read. until, if not zero, bounds
-// the wait a reservation may ask for (Wait's deadline).
+// decide is Take into d, asking the store with op; until, if not zero,
+// bounds the wait a reservation may ask for (Wait's deadline).
+func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision, op *storekit.Op, until time.Time) error {
+	err := l.attempt(ctx, req, d, op, until)
+	l.observe(ctx, d)
+	return err
+}
+
+// attempt is decide without telling the observers, for Wait, which tells
+// them of its last attempt only.
 func (l *Limiter) attempt(ctx context.Context, req *Request, d *Decision, op *storekit.Op, until time.Time) error {
 	*d = Decision{Tenant: req.Tenant, Cost: max(req.Cost, 1), Budget: req.Budget, Method: req.Method, Route: req.Route, Time: l.now()}
 	err := l.decideInto(ctx, req, d, op, until)
@@ -395,12 +386,12 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, op 
 		return err
 	}
 	if req.Cost < 0 {
-		return l.misconfigured(d, fmt.Errorf("%w: cost must be >= 1, got %d", ErrInvalidLimit, req.Cost))
+		return l.misconfigured(ctx, d, fmt.Errorf("%w: cost must be >= 1, got %d", ErrInvalidLimit, req.Cost))
 	}
 	cp, err := l.resolve(ctx, req.Tenant)
 	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) {
-			return l.misconfigured(d, fmt.Errorf("tollgate: the resolver gave tenant %q an invalid plan: %w", req.Tenant, err))
+			return l.misconfigured(ctx, d, fmt.Errorf("tollgate: the resolver gave tenant %q an invalid plan: %w", req.Tenant, err))
 		}
 		d.failure = "resolver"
 		l.failOver(ctx, d, nil, nil, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", req.Tenant, err))
@@ -425,7 +416,7 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, op 
 		}
 	}
 	if d.Cost > rs.maxCost {
-		return l.misconfigured(d, rs.checkCost(d.Cost))
+		return l.misconfigured(ctx, d, rs.checkCost(d.Cost))
 	}
 	shadow := l.shadowed(d.Plan)
 	results := op.Results[:0]
@@ -447,7 +438,7 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, op 
 	d.Latency = op.Latency
 	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) {
-			return l.misconfigured(d, err)
+			return l.misconfigured(ctx, d, err)
 		}
 		d.failure = failureKind(err)
 		l.failOver(ctx, d, cp, op, err)

@@ -48,8 +48,8 @@ func newDecisionLog(logger *slog.Logger) *decisionLog {
 	}
 }
 
-// Observe logs d if it was throttled, delayed or refused for a mistake in
-// the configuration, and reports tenants whose throttling has stopped.
+// Observe logs d if it was throttled or delayed, and reports tenants whose
+// throttling has stopped.
 func (g *decisionLog) Observe(ctx context.Context, d *Decision) {
 	switch d.outcome {
 	case outcomeDenied, outcomeShadowDenied:
@@ -57,9 +57,6 @@ func (g *decisionLog) Observe(ctx context.Context, d *Decision) {
 	case outcomeDelayed:
 		g.delay(ctx, d)
 	default:
-		if d.mistake != nil {
-			g.misconfigured(ctx, d)
-		}
 		g.delayed.flushQuiet(d.Time)
 		g.throttled.flushQuiet(d.Time)
 	}
@@ -159,30 +156,25 @@ func (l *Limiter) logFailure(ctx context.Context, d *Decision, err error) {
 	)
 }
 
-// misconfigured records err, a mistake in the application's configuration
-// or plans that refuses the request, for the Limiter's log to report when
-// it is told of d, and returns it.
-func (l *Limiter) misconfigured(d *Decision, err error) error {
-	d.mistake = err
-	return err
-}
-
-// misconfigured logs the mistake that refused d.
-func (g *decisionLog) misconfigured(ctx context.Context, d *Decision) {
-	log, suppressed := g.failures.admit("misconfiguration", d.Time)
-	if !log {
-		return
+// misconfigured logs err, a mistake in the application's configuration or
+// plans that refuses the request, and returns it.
+func (l *Limiter) misconfigured(ctx context.Context, d *Decision, err error) error {
+	if l.log == nil {
+		return err
 	}
-	g.logger.LogAttrs(ctx, slog.LevelError, "rate limiter misconfigured: request refused",
-		slog.String("tenant_id", d.Tenant),
-		slog.String("plan", d.Plan),
-		slog.Int64("cost", d.Cost),
-		slog.String("budget", d.Budget),
-		slog.String("method", d.Method),
-		slog.String("route", d.Route),
-		slog.String("error", d.mistake.Error()),
-		slog.Int64("suppressed", suppressed),
-	)
+	if log, suppressed := l.log.failures.admit("misconfiguration", d.Time); log {
+		l.logger.LogAttrs(ctx, slog.LevelError, "rate limiter misconfigured: request refused",
+			slog.String("tenant_id", d.Tenant),
+			slog.String("plan", d.Plan),
+			slog.Int64("cost", d.Cost),
+			slog.String("budget", d.Budget),
+			slog.String("method", d.Method),
+			slog.String("route", d.Route),
+			slog.String("error", err.Error()),
+			slog.Int64("suppressed", suppressed),
+		)
+	}
+	return err
 }
 
 // mistake logs a configuration mistake that does not refuse requests, once

@@ -65,10 +65,7 @@ type Spec[C any] struct {
 
 	// Route names the request's route in logs and metrics: the router's
 	// pattern, never the raw path. Default: the route the adapter reads
-	// from its framework (Call.Route). It is called after the decision,
-	// and only if something reads the route: for a request denied,
-	// delayed or refused, or for every request when the Limiter has
-	// Observers of its own (metrics, insights).
+	// from its framework (Call.Route).
 	Route func(c C) string
 
 	// Budget, if set, makes every request also draw from the budget of

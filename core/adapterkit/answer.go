@@ -134,6 +134,9 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 	if h.costFunc != nil {
 		req.Cost = max(h.costFunc(c), 1)
 	}
+	if h.route != nil {
+		req.Route = h.route(c)
+	}
 	if req.Tenant == "" {
 		a.Decision = tollgate.Decision{}
 		a.Status, a.Body = http.StatusUnauthorized, MissingTenantBody
@@ -150,15 +153,7 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 			req.MaxDelay = min(req.MaxDelay, time.Until(deadline))
 		}
 	}
-	err := hooks.Attempt(ctx, h.limiter, req, &a.Decision, &a.op)
-	if h.route != nil && hooks.RouteObserved(h.limiter, &a.Decision) {
-		// The route, which a router may have to look up, is found only
-		// for a decision whose route is read (one the log records, or
-		// any when there are other observers), before they see it.
-		req.Route = h.route(c)
-		a.Decision.Route = req.Route
-	}
-	hooks.Observe(ctx, h.limiter, &a.Decision)
+	err := hooks.TakeInto(ctx, h.limiter, req, &a.Decision, &a.op)
 	waited := false
 	if err == nil && !a.Decision.Allowed && req.MaxDelay > 0 && slotsOnly(&a.Decision) {
 		// Every policy but the in-flight ones allows the request: it

@@ -54,10 +54,7 @@ func WithSkip(fn func(*http.Request) bool) Option {
 
 // WithRoute sets how logs and metrics name the route: the router's pattern,
 // never the raw path (default: the http.ServeMux pattern that matched, else
-// ""). It is called at most once a request, after the decision and only
-// if something reads the route: for a request denied, delayed or refused,
-// which the Limiter logs, or for every request when the Limiter has
-// Observers (tollgate.WithObserver), such as metrics.
+// ""). It is called once for each request that is not skipped.
 func WithRoute(fn func(*http.Request) string) Option {
 	return func(m *middleware) { m.spec.Route = fn }
 }

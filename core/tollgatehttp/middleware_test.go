@@ -2,7 +2,6 @@ package tollgatehttp_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -12,7 +11,6 @@ import (
 
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
-	"github.com/tollgate-go/tollgate/core/memory"
 	"github.com/tollgate-go/tollgate/core/storetest"
 	"github.com/tollgate-go/tollgate/core/tollgatehttp"
 )
@@ -204,43 +202,4 @@ func FuzzTenant(f *testing.F) {
 			}
 		}
 	})
-}
-
-// TestMiddlewareRouteWhereRead: with no Observer but its log, a Limiter
-// reads the route of the requests it logs only, so WithRoute's function
-// runs for those alone, and their log lines name the route.
-func TestMiddlewareRouteWhereRead(t *testing.T) {
-	var logs strings.Builder
-	l, err := tollgate.New(memory.New(), tollgate.SinglePlan(tollgate.Plan{Name: "p", Limit: tollgate.Limit{Rate: 1, Burst: 1}}),
-		tollgate.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := 0
-	route := tollgatehttp.WithRoute(func(*http.Request) string { calls++; return "/named/{id}" })
-	limited := tollgatehttp.Middleware(l, route)(http.HandlerFunc(ok))
-	tooCostly := tollgatehttp.Middleware(l, route, tollgatehttp.WithCost(5))(http.HandlerFunc(ok))
-	for i, tc := range []struct {
-		h          http.Handler
-		code       int
-		calls      int
-		logMessage string
-	}{
-		{limited, http.StatusOK, 0, ""},
-		{limited, http.StatusTooManyRequests, 1, "request throttled"},
-		{tooCostly, http.StatusInternalServerError, 2, "rate limiter misconfigured: request refused"},
-	} {
-		logs.Reset()
-		req := httptest.NewRequest(http.MethodGet, "/named/42", nil)
-		req.Header.Set(tollgatehttp.DefaultTenantHeader, "t")
-		w := httptest.NewRecorder()
-		tc.h.ServeHTTP(w, req)
-		if w.Code != tc.code || calls != tc.calls {
-			t.Errorf("request %d: %d with the route function run %d times in all, want %d and %d", i, w.Code, calls, tc.code, tc.calls)
-		}
-		if tc.logMessage != "" && (!strings.Contains(logs.String(), `"msg":"`+tc.logMessage+`"`) ||
-			!strings.Contains(logs.String(), `"route":"/named/{id}"`)) {
-			t.Errorf("request %d logged %q, want %q with the route", i, logs.String(), tc.logMessage)
-		}
-	}
 }

@@ -21,18 +21,9 @@ var LimiterClock func(now func() time.Time) any
 // from the policies alone. It returns nil for a decision without figures.
 var PolicyMemo func(d any) *atomic.Value
 
-// Attempt is l.Take(ctx, *req) into d, asking the store with op, except
-// that it does not tell l's observers of d: l is a *tollgate.Limiter, req a
-// *tollgate.Request, d a *tollgate.Decision and op a *storekit.Op. The
-// HTTP layer decides into answers it reuses, which spares it a Decision and
-// an Op from the engine's pool and copying the Decision out on every
-// request; it then sets d's route if RouteObserved says it is read, and
-// calls Observe.
-var Attempt func(ctx context.Context, l, req, d, op any) error
-
-// RouteObserved reports whether l's observers read the route of d, a
-// decision of Attempt: a route a router must look up is found only then.
-var RouteObserved func(l, d any) bool
-
-// Observe tells l's observers of d, a decision of Attempt.
-var Observe func(ctx context.Context, l, d any)
+// TakeInto is l.Take(ctx, *req) into d, asking the store with op, where l
+// is a *tollgate.Limiter, req a *tollgate.Request, d a *tollgate.Decision
+// and op a *storekit.Op: the HTTP layer decides into answers it reuses,
+// which spares it a Decision and an Op from the engine's pool and copying
+// the Decision out on every request.
+var TakeInto func(ctx context.Context, l, req, d, op any) error
