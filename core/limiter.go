@@ -364,7 +364,11 @@ func (l *Limiter) decide(ctx context.Context, req *Request, d *Decision, op *sto
 // attempt is decide without telling the observers, for Wait, which tells
 // them of its last attempt only.
 func (l *Limiter) attempt(ctx context.Context, req *Request, d *Decision, op *storekit.Op, until time.Time) error {
-	*d = Decision{Tenant: req.Tenant, Cost: max(req.Cost, 1), Budget: req.Budget, Method: req.Method, Route: req.Route, Time: l.now()}
+	// Zeroed in place, then set field by field: a composite literal
+	// assigned through a pointer is built on the stack and copied, and the
+	// copy, reading back words just written, stalls the CPU.
+	*d = Decision{}
+	d.Tenant, d.Cost, d.Budget, d.Method, d.Route, d.Time = req.Tenant, max(req.Cost, 1), req.Budget, req.Method, req.Route, l.now()
 	err := l.decideInto(ctx, req, d, op, until)
 	if err != nil {
 		d.outcome, d.Allowed = outcomeRejected, false
@@ -423,7 +427,8 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, op 
 	if results == nil {
 		results = make([]Result, 0, inlinePolicies)
 	}
-	*op = storekit.Op{Kind: storekit.Take, Tenant: req.Tenant, Rules: rs.rules, Cost: d.Cost, Now: d.Time, Results: results}
+	*op = storekit.Op{} // then set field by field, as attempt sets d
+	op.Kind, op.Tenant, op.Rules, op.Cost, op.Now, op.Results = storekit.Take, req.Tenant, rs.rules, d.Cost, d.Time, results
 	if len(rs.inFlight) > 0 && !l.storeInProcess {
 		op.Lease, op.LeaseTTL = newLease(), leaseTTL
 	}
