@@ -38,11 +38,18 @@ func bucketResult(tat, t int64, r *storekit.Rule, cost int64, granted bool) (sto
 	need, tol := cost*r.Interval, r.Tolerance()
 	if granted {
 		rel += need
-		return storekit.Result{Allowed: true, Remaining: max(tol-rel, 0) / r.Interval, ResetAfter: usec(rel)}, t + rel
+		return grantedResult(r, rel), t + rel
 	}
 	wait := rel + need - tol
 	return storekit.Result{Allowed: wait <= 0, Remaining: max(tol-rel, 0) / r.Interval,
 		RetryAfter: usec(max(wait, 0)), ResetAfter: usec(rel)}, tat
+}
+
+// grantedResult returns the result of a granted request after which the
+// bucket is full again in rel microseconds. It is apart from bucketResult
+// so that Go inlines it in takeBucket.
+func grantedResult(r *storekit.Rule, rel int64) storekit.Result {
+	return storekit.Result{Allowed: true, Remaining: max(r.Tolerance()-rel, 0) / r.Interval, ResetAfter: usec(rel)}
 }
 
 func usec(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
@@ -56,7 +63,11 @@ func usec(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
 // granted, and how long it must wait.
 func (tb *table) takeBucket(tenant string, r *storekit.Rule, cost, maxDelay, t int64, take bool) (res storekit.Result, granted bool, delay int64) {
 	var k lookup
-	tb.lookup(tenant, &k)
+	if len(tenant) <= maxKeyLen {
+		k.short(tb, tenant, tb.hash(tenant)) // lookup's common case, inlined
+	} else {
+		tb.lookup(tenant, &k)
+	}
 	tn := k.find()
 	for {
 		tat := int64(fullTAT)
@@ -77,10 +88,10 @@ func (tb *table) takeBucket(tenant string, r *storekit.Rule, cost, maxDelay, t i
 		}
 		// The result after the compare-and-swap: the shorter the time
 		// from the load, the less often a busy tenant's request loses.
-		if tn.tat.CompareAndSwap(tat, t+max(tat-t, 0)+cost*r.Interval) {
+		rel := max(tat-t, 0) + cost*r.Interval
+		if tn.tat.CompareAndSwap(tat, t+rel) {
 			tn.noteTolerance(r.Tolerance())
-			res, _ = bucketResult(tat, t, r, cost, true)
-			return res, true, max(wait, 0)
+			return grantedResult(r, rel), true, max(wait, 0)
 		}
 		// Another request moved the bucket first: decide again.
 	}

@@ -236,25 +236,35 @@ const (
 )
 
 func (tb *table) lookup(tenant string, k *lookup) {
-	if len(tenant) > maxKeyLen {
-		k.hashed = true
-		var sum [sha256.Size]byte
-		if len(tenant) <= maxTenantLen {
-			// A copy on the stack: the conversion of a long string
-			// would allocate.
-			var buf [maxTenantLen]byte
-			sum = sha256.Sum256(buf[:copy(buf[:], tenant)])
-		} else {
-			sum = sha256.Sum256([]byte(tenant))
-		}
-		copy(k.digest[:], sum[:])
-		k.h = maphash.Bytes(tb.seed, k.digest[:]) & tb.hashMask
-	} else {
-		k.id = tenant
-		k.h = maphash.String(tb.seed, tenant) & tb.hashMask
+	if len(tenant) <= maxKeyLen {
+		k.short(tb, tenant, tb.hash(tenant))
+		return
 	}
+	k.hashed = true
+	var sum [sha256.Size]byte
+	if len(tenant) <= maxTenantLen {
+		// A copy on the stack: the conversion of a long string
+		// would allocate.
+		var buf [maxTenantLen]byte
+		sum = sha256.Sum256(buf[:copy(buf[:], tenant)])
+	} else {
+		sum = sha256.Sum256([]byte(tenant))
+	}
+	copy(k.digest[:], sum[:])
+	k.h = maphash.Bytes(tb.seed, k.digest[:]) & tb.hashMask
 	k.sh = &tb.shards[k.h&tb.mask].shard
 }
+
+// short is lookup of an ID of at most maxKeyLen bytes, kept as it is,
+// whose hash is h. It and hash are small enough for Go to inline, which
+// lookup is not.
+func (k *lookup) short(tb *table, tenant string, h uint64) {
+	k.id, k.h = tenant, h
+	k.sh = &tb.shards[h&tb.mask].shard
+}
+
+// hash returns the hash of an ID as its shard keeps it.
+func (tb *table) hash(id string) uint64 { return maphash.String(tb.seed, id) & tb.hashMask }
 
 // is reports whether tn is k's tenant. The caller has compared hashes.
 func (k *lookup) is(tn *tenant) bool {
