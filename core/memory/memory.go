@@ -231,6 +231,7 @@ func (c *ruleCache) add(limit tollgate.Limit) (*storekit.Rule, error) {
 	return &e.rule, nil
 }
 
+// slot returns the slot that limit hashes to.
 func (c *ruleCache) slot(limit tollgate.Limit) *atomic.Pointer[cachedRule] {
 	return &c[(math.Float64bits(limit.Rate)^uint64(limit.Burst))*0x9e3779b97f4a7c15>>58]
 }
