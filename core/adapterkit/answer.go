@@ -370,7 +370,7 @@ func (blk *headerBlock) split(s string, ends *valueEnds, allowed bool) int {
 func appendRequestValues(dst []byte, ends *valueEnds, d *tollgate.Decision, ph *policyHeaders, pk []byte) []byte {
 	b := strconv.AppendInt(dst, d.Remaining, 10)
 	ends[0] = len(b)
-	b = strconv.AppendInt(b, ceilUnix(d.Time.Add(d.ResetAfter)), 10)
+	b = strconv.AppendInt(b, ceilUnix(d.Time, d.ResetAfter), 10)
 	ends[1] = len(b)
 	for i, r := range d.Results() {
 		b = append(b, ph.rlPrefix[i]...)
@@ -415,9 +415,13 @@ func ceilSeconds(d time.Duration) int64 {
 	return s
 }
 
-func ceilUnix(t time.Time) int64 {
-	s := t.Unix()
-	if t.Nanosecond() > 0 {
+// ceilUnix returns the Unix time of t plus d, in seconds rounded up: the
+// sum in nanoseconds, where t.Add(d) would cost a request more.
+func ceilUnix(t time.Time, d time.Duration) int64 {
+	ns := int64(t.Nanosecond()) + int64(d)
+	// Division truncates toward zero, which rounds a negative sum up.
+	s := t.Unix() + ns/int64(time.Second)
+	if ns%int64(time.Second) > 0 {
 		s++
 	}
 	return s

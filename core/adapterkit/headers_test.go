@@ -275,3 +275,27 @@ func TestHeadersFollowTheQuotaPeriod(t *testing.T) {
 		t.Errorf("in February: RateLimit-Policy = %s, want %s", got, want)
 	}
 }
+
+// TestResetHeaderRoundsUp checks X-RateLimit-Reset, the Unix second at
+// which the bucket is full again, rounded up, at times and resets that do
+// and do not fall on a whole second.
+func TestResetHeaderRoundsUp(t *testing.T) {
+	for _, offset := range []time.Duration{0, time.Nanosecond, 300 * time.Millisecond, time.Second - time.Nanosecond} {
+		for _, cost := range []int64{1, 2, 3, 20} { // free refills 2 tokens a second
+			l, clock := newLimiter(t, free)
+			clock.Advance(offset)
+			d, err := l.Take(context.Background(), tollgate.Request{Tenant: "t", Cost: cost})
+			if err != nil || !d.Allowed {
+				t.Fatalf("offset %v, cost %d: %+v, %v", offset, cost, d, err)
+			}
+			full := clock.Now().Add(time.Duration(cost) * 500 * time.Millisecond)
+			want := full.Unix()
+			if full.Nanosecond() > 0 {
+				want++
+			}
+			if got := headersOf(d).Get("X-RateLimit-Reset"); got != strconv.FormatInt(want, 10) {
+				t.Errorf("offset %v, cost %d: X-RateLimit-Reset = %s, want %d", offset, cost, got, want)
+			}
+		}
+	}
+}
