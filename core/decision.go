@@ -84,6 +84,7 @@ type Decision struct {
 
 	outcome     outcome
 	failure     string // the kind of failure, for FailureKind
+	mistake     error  // the configuration mistake that rejected it, for the log
 	rules       *ruleSet
 	n           int // policies that applied
 	results     [inlinePolicies]Result

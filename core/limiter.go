@@ -349,7 +349,16 @@ func init() {
 			*dd = Decision{Tenant: r.Tenant}
 			return errNilLimiter
 		}
-		return lim.decide(ctx, r, dd, op.(*storekit.Op), time.Time{})
+		return lim.attempt(ctx, r, dd, op.(*storekit.Op), time.Time{})
+	}
+	hooks.Observe = func(ctx context.Context, l, d any) {
+		if lim := l.(*Limiter); lim != nil {
+			lim.observe(ctx, d.(*Decision))
+		}
+	}
+	hooks.RouteAlways = func(l any) bool {
+		lim := l.(*Limiter)
+		return len(lim.observers) > 0 && (lim.log == nil || len(lim.observers) > 1)
 	}
 }
 
@@ -390,12 +399,12 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, op 
 		return err
 	}
 	if req.Cost < 0 {
-		return l.misconfigured(ctx, d, fmt.Errorf("%w: cost must be >= 1, got %d", ErrInvalidLimit, req.Cost))
+		return d.refuse(fmt.Errorf("%w: cost must be >= 1, got %d", ErrInvalidLimit, req.Cost))
 	}
 	cp, err := l.resolve(ctx, req.Tenant)
 	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) {
-			return l.misconfigured(ctx, d, fmt.Errorf("tollgate: the resolver gave tenant %q an invalid plan: %w", req.Tenant, err))
+			return d.refuse(fmt.Errorf("tollgate: the resolver gave tenant %q an invalid plan: %w", req.Tenant, err))
 		}
 		d.failure = "resolver"
 		l.failOver(ctx, d, nil, nil, fmt.Errorf("tollgate: resolving the plan of tenant %q: %w", req.Tenant, err))
@@ -420,7 +429,7 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, op 
 		}
 	}
 	if d.Cost > rs.maxCost {
-		return l.misconfigured(ctx, d, rs.checkCost(d.Cost))
+		return d.refuse(rs.checkCost(d.Cost))
 	}
 	shadow := l.shadowed(d.Plan)
 	results := op.Results[:0]
@@ -443,7 +452,7 @@ func (l *Limiter) decideInto(ctx context.Context, req *Request, d *Decision, op 
 	d.Latency = op.Latency
 	if err != nil {
 		if errors.Is(err, ErrInvalidLimit) {
-			return l.misconfigured(ctx, d, err)
+			return d.refuse(err)
 		}
 		d.failure = failureKind(err)
 		l.failOver(ctx, d, cp, op, err)

@@ -48,14 +48,18 @@ func newDecisionLog(logger *slog.Logger) *decisionLog {
 	}
 }
 
-// Observe logs d if it was throttled or delayed, and reports tenants whose
-// throttling has stopped.
+// Observe logs d if it was throttled, delayed or refused for a mistake in
+// the configuration, and reports tenants whose throttling has stopped.
 func (g *decisionLog) Observe(ctx context.Context, d *Decision) {
 	switch d.outcome {
 	case outcomeDenied, outcomeShadowDenied:
 		g.throttle(ctx, d)
 	case outcomeDelayed:
 		g.delay(ctx, d)
+	case outcomeRejected:
+		if d.mistake != nil {
+			g.misconfigured(ctx, d)
+		}
 	default:
 		g.delayed.flushQuiet(d.Time)
 		g.throttled.flushQuiet(d.Time)
@@ -156,25 +160,31 @@ func (l *Limiter) logFailure(ctx context.Context, d *Decision, err error) {
 	)
 }
 
-// misconfigured logs err, a mistake in the application's configuration or
-// plans that refuses the request, and returns it.
-func (l *Limiter) misconfigured(ctx context.Context, d *Decision, err error) error {
-	if l.log == nil {
-		return err
+// refuse notes mistake, in the application's configuration or plans, as
+// what refuses d's request, and returns it. The log writes it when told of
+// d, by which time an HTTP adapter has named the route (see
+// hooks.RouteAlways).
+func (d *Decision) refuse(mistake error) error {
+	d.mistake = mistake
+	return mistake
+}
+
+// misconfigured logs the mistake that refused d, at most once a second.
+func (g *decisionLog) misconfigured(ctx context.Context, d *Decision) {
+	log, suppressed := g.failures.admit("misconfiguration", d.Time)
+	if !log {
+		return
 	}
-	if log, suppressed := l.log.failures.admit("misconfiguration", d.Time); log {
-		l.logger.LogAttrs(ctx, slog.LevelError, "rate limiter misconfigured: request refused",
-			slog.String("tenant_id", d.Tenant),
-			slog.String("plan", d.Plan),
-			slog.Int64("cost", d.Cost),
-			slog.String("budget", d.Budget),
-			slog.String("method", d.Method),
-			slog.String("route", d.Route),
-			slog.String("error", err.Error()),
-			slog.Int64("suppressed", suppressed),
-		)
-	}
-	return err
+	g.logger.LogAttrs(ctx, slog.LevelError, "rate limiter misconfigured: request refused",
+		slog.String("tenant_id", d.Tenant),
+		slog.String("plan", d.Plan),
+		slog.Int64("cost", d.Cost),
+		slog.String("budget", d.Budget),
+		slog.String("method", d.Method),
+		slog.String("route", d.Route),
+		slog.String("error", d.mistake.Error()),
+		slog.Int64("suppressed", suppressed),
+	)
 }
 
 // mistake logs a configuration mistake that does not refuse requests, once

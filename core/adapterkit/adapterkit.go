@@ -15,6 +15,7 @@ import (
 	"time"
 
 	tollgate "github.com/tollgate-go/tollgate/core"
+	"github.com/tollgate-go/tollgate/core/internal/hooks"
 )
 
 // TenantHeader is the request header that middleware of every framework
@@ -65,7 +66,10 @@ type Spec[C any] struct {
 
 	// Route names the request's route in logs and metrics: the router's
 	// pattern, never the raw path. Default: the route the adapter reads
-	// from its framework (Call.Route).
+	// from its framework (Call.Route). A Limiter without Observers has
+	// only its log to read routes, and only of decisions that were not
+	// simply allowed: Route is then called for those alone, after the
+	// decision and before the log.
 	Route func(c C) string
 
 	// Budget, if set, makes every request also draw from the budget of
@@ -130,6 +134,10 @@ type Handler[C any] struct {
 	maxDelay time.Duration
 	held     *heldCounts // when maxDelay > 0
 	pkSecret []byte      // Spec.PartitionKeySecret, copied
+
+	// routeLater defers route to decisions that are not simply allowed,
+	// when nothing else reads the route (see hooks.RouteAlways).
+	routeLater bool
 }
 
 // ErrNoLimiter is the configuration error of a Spec without a Limiter.
@@ -162,6 +170,7 @@ func Build[C any](s Spec[C], fw Framework) (*Handler[C], error) {
 		maxDelay: s.MaxDelay,
 		pkSecret: bytes.Clone(s.PartitionKeySecret),
 	}
+	h.routeLater = h.route != nil && !hooks.RouteAlways(h.limiter)
 	if h.tenant != nil && fw.CopyTenant {
 		tenant := h.tenant
 		h.tenant = func(c C) string { return strings.Clone(tenant(c)) }

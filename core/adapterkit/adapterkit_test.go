@@ -3,6 +3,7 @@ package adapterkit_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	tollgate "github.com/tollgate-go/tollgate/core"
 	"github.com/tollgate-go/tollgate/core/adapterkit"
 	"github.com/tollgate-go/tollgate/core/adaptertest"
+	"github.com/tollgate-go/tollgate/core/storetest"
 )
 
 // TestBuildChecksTheSpec: every mistake a Spec can hold is an error of
@@ -116,5 +118,92 @@ func TestDecide(t *testing.T) {
 	costly := build(adapterkit.Spec[string]{Cost: 5, CostFunc: func(string) int64 { return -3 }})
 	if a := costly.Decide("c", &adapterkit.Call{Context: context.Background(), Tenant: "cost"}, adapterkit.Headers{}); a.Status != 0 {
 		t.Errorf("a cost function's -3 counts as 1, and 1 token is there: status %d", a.Status)
+	}
+}
+
+// TestRouteNamedWhenRead: a Limiter without Observers of its own has only
+// its log to read routes, and the log reads them only of decisions that
+// were not simply allowed, so the Handler asks the Spec's Route function
+// for those alone, before the log writes them; with an Observer, for
+// every decision.
+func TestRouteNamedWhenRead(t *testing.T) {
+	clock := storetest.NewClock()
+	logs := &adaptertest.LogBuffer{}
+	// At 1,000 tokens a second, a request that waits for one waits 1ms.
+	plan := tollgate.Plan{Name: "one", Limit: tollgate.Limit{Rate: 1000, Burst: 2}}
+	newLimiter := func(opts ...tollgate.Option) *tollgate.Limiter {
+		opts = append([]tollgate.Option{adaptertest.WithClock(clock.Now), tollgate.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+		l, err := tollgate.New(storetest.NewModelStore(clock.Now), tollgate.SinglePlan(plan), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	named := 0
+	spec := adapterkit.Spec[int64]{
+		Route:    func(int64) string { named++; return "/users/{id}" },
+		CostFunc: func(cost int64) int64 { return cost },
+	}
+	decide := func(h *adapterkit.Handler[int64], tenant string, cost int64) (status int, route string) {
+		t.Helper()
+		a := h.Decide(cost, &adapterkit.Call{Context: context.Background(), Method: http.MethodGet, Tenant: tenant}, adapterkit.Headers{})
+		defer a.Release()
+		return a.Status, a.Decision.Route
+	}
+
+	spec.Limiter = newLimiter()
+	h, err := adapterkit.Build(spec, adapterkit.Framework{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if status, route := decide(h, "a", 1); status != 0 || route != "" {
+			t.Fatalf("allowed: status %d, route %q", status, route)
+		}
+	}
+	if named != 0 {
+		t.Errorf("the route was named %d times for simply allowed requests, want 0", named)
+	}
+	if status, route := decide(h, "a", 1); status != http.StatusTooManyRequests || route != "/users/{id}" || named != 1 {
+		t.Errorf("denied: status %d, route %q, named %d times; want 429, /users/{id}, once", status, route, named)
+	}
+	if status, _ := decide(h, "b", 100); status != http.StatusInternalServerError || named != 2 {
+		t.Errorf("a cost above the burst: status %d, named %d times; want 500, twice", status, named)
+	}
+
+	delayed := spec
+	delayed.MaxDelay = 2 * time.Second
+	delayed.Limiter = newLimiter()
+	hd, err := adapterkit.Build(delayed, adapterkit.Framework{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named = 0
+	decide(hd, "c", 2)
+	if status, route := decide(hd, "c", 1); status != 0 || route != "/users/{id}" || named != 1 {
+		t.Errorf("delayed: status %d, route %q, named %d times; want 0, /users/{id}, once", status, route, named)
+	}
+
+	for _, msg := range []string{"request throttled", "rate limiter misconfigured: request refused", "request delayed"} {
+		var lines []string
+		for line := range strings.SplitSeq(logs.String(), "\n") {
+			if strings.Contains(line, `msg="`+msg+`"`) {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) != 1 || !strings.Contains(lines[0], " route=/users/{id} ") {
+			t.Errorf("lines %q: %q, want one naming the route", msg, lines)
+		}
+	}
+
+	observed := spec
+	observed.Limiter = newLimiter(tollgate.WithObserver(&adaptertest.Events{}))
+	ho, err := adapterkit.Build(observed, adapterkit.Framework{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named = 0
+	if _, route := decide(ho, "d", 1); route != "/users/{id}" || named != 1 {
+		t.Errorf("allowed, with an Observer: route %q, named %d times; want /users/{id}, once", route, named)
 	}
 }

@@ -138,7 +138,7 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 	if h.costFunc != nil {
 		req.Cost = max(h.costFunc(c), 1)
 	}
-	if h.route != nil {
+	if h.route != nil && !h.routeLater {
 		req.Route = h.route(c)
 	}
 	if req.Tenant == "" {
@@ -158,6 +158,12 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 		}
 	}
 	err := hooks.TakeInto(ctx, h.limiter, req, &a.Decision, &a.op)
+	if h.routeLater && !simplyAllowed(&a.Decision) {
+		// The log, a deny handler or a wait for a slot will read it.
+		req.Route = h.route(c)
+		a.Decision.Route = req.Route
+	}
+	hooks.Observe(ctx, h.limiter, &a.Decision)
 	waited := false
 	if err == nil && !a.Decision.Allowed && req.MaxDelay > 0 && slotsOnly(&a.Decision) {
 		// Every policy but the in-flight ones allows the request: it
@@ -193,6 +199,13 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 		visitHeaders(&a.Decision, h.partitionKey(req.Tenant), headers.Set)
 	}
 	return a
+}
+
+// simplyAllowed reports whether d allowed its request at once, with
+// figures, as most decisions do: the Limiter's log has nothing to say of
+// it.
+func simplyAllowed(d *tollgate.Decision) bool {
+	return d.Allowed && d.Delay == 0 && !d.Shadow && !d.Degraded
 }
 
 // slotsOnly reports whether d was denied by in-flight policies alone, so

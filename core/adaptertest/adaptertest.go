@@ -61,8 +61,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -257,6 +259,9 @@ func connect(t *testing.T, base string, clock *storetest.Clock, resolver *tollga
 	t.Cleanup(client.CloseIdleConnections)
 	return &kit{t: t, base: strings.TrimRight(base, "/"), clock: clock, client: client, tenants: resolver, events: events, fields: fields}
 }
+
+// routeLogged finds the route in a line of slog's text handler.
+var routeLogged = regexp.MustCompile(`request throttled.* route=("(?:[^"\\]|\\.)*"|\S*)`)
 
 // serverOf is what a case needs of the adapter under test: how to start
 // its server, and the parsers of header values its test gave.
@@ -605,6 +610,42 @@ func run(t *testing.T, newServer serverOf) {
 		}
 		if e.Tenant != "t-big" || e.Budget != Budget || e.Method != http.MethodGet {
 			t.Errorf("throttled decision: tenant %q budget %q method %q", e.Tenant, e.Budget, e.Method)
+		}
+	})
+
+	t.Run("RouteNameInTheLog", func(t *testing.T) {
+		// With no Observer but its log, which reads the route of a
+		// throttled request only, the middleware names routes for those
+		// decisions alone: the log line names the pattern that an
+		// Observer is given.
+		observed := newKit(t, newServer, nil)
+		for _, id := range []string{"42", "43", "44"} {
+			observed.get("/reports/"+id, "t-big")
+		}
+		want := observed.events.Last(t).Route
+		logs := &LogBuffer{}
+		clock := storetest.NewClock()
+		l, err := tollgate.New(storetest.NewModelStore(clock.Now), NewResolver(t),
+			tollgate.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), WithClock(clock.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := connect(t, newServer.start(t, Setup{Limiter: l, Budget: Budget, Slow: NewSlowWork().Do}), clock, nil, nil, newServer.fields)
+		k.wantOK(k.get("/reports/42", "t-big"))
+		k.wantOK(k.get("/reports/43", "t-big"))
+		k.wantStatus(k.get("/reports/44", "t-big"), http.StatusTooManyRequests)
+		if n := logs.Count("request throttled"); n != 1 {
+			t.Fatalf("%d lines of throttled requests, want 1:\n%s", n, logs)
+		}
+		got := "(none)"
+		if m := routeLogged.FindStringSubmatch(logs.String()); m != nil {
+			got = m[1]
+			if unquoted, err := strconv.Unquote(got); err == nil {
+				got = unquoted // as slog's text handler quotes a value with spaces
+			}
+		}
+		if got != want {
+			t.Errorf("the throttled request's line names route %q, want %q, the pattern an Observer is given:\n%s", got, want, logs)
 		}
 	})
 

@@ -54,7 +54,9 @@ func WithSkip(fn func(*http.Request) bool) Option {
 
 // WithRoute sets how logs and metrics name the route: the router's pattern,
 // never the raw path (default: the http.ServeMux pattern that matched, else
-// ""). It is called once for each request that is not skipped.
+// ""). It is called at most once a request: for every request that is not
+// skipped when the Limiter has Observers (metrics, insights), else only for
+// those its log writes of, throttled, delayed or refused.
 func WithRoute(fn func(*http.Request) string) Option {
 	return func(m *middleware) { m.spec.Route = fn }
 }

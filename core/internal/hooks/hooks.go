@@ -25,5 +25,17 @@ var PolicyMemo func(d any) *atomic.Value
 // is a *tollgate.Limiter, req a *tollgate.Request, d a *tollgate.Decision
 // and op a *storekit.Op: the HTTP layer decides into answers it reuses,
 // which spares it a Decision and an Op from the engine's pool and copying
-// the Decision out on every request.
+// the Decision out on every request. It does not tell l's Observers of d:
+// Observe does, once the caller has named the route if they need it.
 var TakeInto func(ctx context.Context, l, req, d, op any) error
+
+// Observe tells the Observers of l, a *tollgate.Limiter, of d, a
+// *tollgate.Decision that TakeInto made.
+var Observe func(ctx context.Context, l, d any)
+
+// RouteAlways reports whether l, a *tollgate.Limiter, has Observers that
+// may read the route of every decision. Without them, only its own log
+// does, and only of a decision that was not simply allowed: the HTTP
+// layer then names the route only for such a decision, after TakeInto,
+// sparing the router's lookup on every other request.
+var RouteAlways func(l any) bool
