@@ -56,11 +56,10 @@ func (g *decisionLog) Observe(ctx context.Context, d *Decision) {
 		g.throttle(ctx, d)
 	case outcomeDelayed:
 		g.delay(ctx, d)
-	case outcomeRejected:
+	default:
 		if d.mistake != nil {
 			g.misconfigured(ctx, d)
 		}
-	default:
 		g.delayed.flushQuiet(d.Time)
 		g.throttled.flushQuiet(d.Time)
 	}
