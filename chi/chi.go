@@ -120,10 +120,11 @@ func find(routes chi.Routes, method, path string) string {
 // paths of one router that are routes without parameters: the pattern of
 // such a path is the path itself, which a lookup in a small map finds for
 // a fraction of what chi's tree search costs, on each request whose route
-// is read (see tollgatehttp.WithRoute) of middleware registered with Use. Only such paths are kept, so there are
-// at most as many as the router has routes; paths that match a pattern
-// with parameters, or none, are looked up in the tree each time. The zero
-// staticRoutes is empty; a nil one keeps nothing.
+// is read (see tollgatehttp.WithRoute) of middleware registered with Use.
+// Only such paths are kept, so there are at most as many as the router has
+// routes; paths that match a pattern with parameters, or none, are looked
+// up in the tree each time. The zero staticRoutes is empty; a nil one
+// keeps nothing.
 type staticRoutes struct {
 	mu   sync.Mutex // serialises writers
 	seen atomic.Pointer[routeSet]
