@@ -178,7 +178,8 @@ func (m *limiter) serve(c echo.Context, next echo.HandlerFunc) error {
 	// client whether the handler or the error handler writes the
 	// response.
 	r := c.Request()
-	call := adapterkit.Call{Context: r.Context(), Method: r.Method, Route: c.Path(), Header: r.Header}
+	var call adapterkit.Call // set field by field: see adapterkit.Call
+	call.Context, call.Method, call.Route, call.Header = r.Context(), r.Method, c.Path(), r.Header
 	a := m.h.Decide(c, &call, adapterkit.Headers{Map: c.Response().Header()})
 	if a == nil {
 		return next(c)

@@ -153,7 +153,8 @@ func (m *limiter) serve(c *echo.Context, next echo.HandlerFunc) error {
 	// response; straight into the header map, as the names are canonical
 	// already.
 	r, h := c.Request(), c.Response().Header()
-	call := adapterkit.Call{Context: r.Context(), Method: r.Method, Route: c.Path(), Header: r.Header}
+	var call adapterkit.Call // set field by field: see adapterkit.Call
+	call.Context, call.Method, call.Route, call.Header = r.Context(), r.Method, c.Path(), r.Header
 	a := m.h.Decide(c, &call, adapterkit.Headers{Map: h})
 	if a == nil {
 		return next(c)

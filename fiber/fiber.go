@@ -149,7 +149,8 @@ func (cfg *Config) handle(h *adapterkit.Handler[*fiber.Ctx], c *fiber.Ctx) error
 	// form already: c.Set would copy and normalise each name first.
 	rh := &c.Response().Header
 	set := func(name, value string) { rh.SetCanonical(utils.UnsafeBytes(name), utils.UnsafeBytes(value)) }
-	call := adapterkit.Call{Context: c.UserContext(), Method: method(c.Method()), Route: c.Route().Path}
+	var call adapterkit.Call // set field by field: see adapterkit.Call
+	call.Context, call.Method, call.Route = c.UserContext(), method(c.Method()), c.Route().Path
 	if cfg.Tenant == nil {
 		// A copy, as the Limiter may keep the tenant.
 		call.Tenant = string(c.Request().Header.Peek(adapterkit.TenantHeader))

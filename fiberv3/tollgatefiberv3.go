@@ -133,7 +133,8 @@ func (cfg *Config) handle(h *adapterkit.Handler[fiber.Ctx], c fiber.Ctx) error {
 	// tenant.
 	rh := &c.Response().Header
 	set := func(name, value string) { rh.SetCanonical(bytesOf(name), bytesOf(value)) }
-	call := adapterkit.Call{Context: c.Context(), Method: c.Method(), Route: c.FullPath()}
+	var call adapterkit.Call // set field by field: see adapterkit.Call
+	call.Context, call.Method, call.Route = c.Context(), c.Method(), c.FullPath()
 	if cfg.Tenant == nil {
 		call.Tenant = string(c.Request().Header.Peek(adapterkit.TenantHeader))
 	}

@@ -175,7 +175,8 @@ func (m *config) handle(c *gin.Context) {
 	// The headers go straight into the header map: the names are
 	// canonical already, and one backing array serves all the values,
 	// where c.Header would canonicalise and allocate once per header.
-	call := adapterkit.Call{Context: c.Request.Context(), Method: c.Request.Method, Route: c.FullPath(), Header: c.Request.Header}
+	var call adapterkit.Call // set field by field: see adapterkit.Call
+	call.Context, call.Method, call.Route, call.Header = c.Request.Context(), c.Request.Method, c.FullPath(), c.Request.Header
 	a := m.h.Decide(c, &call, adapterkit.Headers{Map: c.Writer.Header()})
 	if a == nil {
 		return

@@ -275,7 +275,8 @@ func (ic *interceptor) decide(ctx context.Context, fullMethod string) (headers m
 	// Every gRPC call is an HTTP/2 POST, which is what logs and metrics
 	// report as its method; its route is its full method name.
 	var fields metadataFields
-	kc := adapterkit.Call{Context: ctx, Method: http.MethodPost, Route: fullMethod}
+	var kc adapterkit.Call // set field by field: see adapterkit.Call
+	kc.Context, kc.Method, kc.Route = ctx, http.MethodPost, fullMethod
 	if ic.defaultTenant {
 		kc.Tenant = metadataValue(ctx, keyTenant)
 	}

@@ -20,7 +20,9 @@ import (
 // request enters the kit once.
 
 // A Call is what an adapter reads of a request from its framework's
-// context before the Handler decides on it.
+// context before the Handler decides on it. Adapters declare one and set
+// its fields one by one: Go builds a composite literal aside and copies
+// it, and the copy, reading back words just written, stalls the CPU.
 type Call struct {
 	Context context.Context // the request's context, for the store
 	Method  string          // the request method, for logs and metrics
@@ -122,7 +124,8 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 		return nil
 	}
 	a := answers.Get().(*Answer)
-	a.Status, a.Body, a.limiter, a.ctx = 0, Body{}, h.limiter, call.Context
+	a.Status, a.limiter, a.ctx = 0, h.limiter, call.Context
+	a.Body = Body{} // on its own: in the assignment above, Go would zero a Body aside and copy it
 	req := &a.req
 	// Zeroed, then set field by field: a composite literal assigned
 	// through a pointer is built on the stack and copied, a copy that

@@ -147,7 +147,8 @@ func Middleware(l *tollgate.Limiter, opts ...Option) func(http.Handler) http.Han
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	call := adapterkit.Call{Context: r.Context(), Method: r.Method, Route: r.Pattern, Header: r.Header}
+	var call adapterkit.Call // set field by field: see adapterkit.Call
+	call.Context, call.Method, call.Route, call.Header = r.Context(), r.Method, r.Pattern, r.Header
 	a := m.h.Decide(r, &call, adapterkit.Headers{Map: w.Header()})
 	if a == nil {
 		next.ServeHTTP(w, r)
