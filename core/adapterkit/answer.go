@@ -204,9 +204,9 @@ func (h *Handler[C]) Decide(c C, call *Call, headers Headers) *Answer {
 	return a
 }
 
-// simplyAllowed reports whether d allowed its request at once, with
-// figures, as most decisions do: the Limiter's log has nothing to say of
-// it.
+// simplyAllowed reports whether d allowed its request at once, and not
+// for shadow mode or the failure policy, as most decisions do: the
+// Limiter's log has nothing to say of it.
 func simplyAllowed(d *tollgate.Decision) bool {
 	return d.Allowed && d.Delay == 0 && !d.Shadow && !d.Degraded
 }
