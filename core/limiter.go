@@ -358,7 +358,11 @@ func init() {
 	}
 	hooks.RouteAlways = func(l any) bool {
 		lim := l.(*Limiter)
-		return len(lim.observers) > 0 && (lim.log == nil || len(lim.observers) > 1)
+		others := len(lim.observers) // beside the Limiter's own log
+		if lim.log != nil {
+			others--
+		}
+		return others > 0
 	}
 }
 
