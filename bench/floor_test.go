@@ -25,6 +25,10 @@ import (
 // remaining tokens and the times of the result, called through a function
 // value as BenchmarkMemory calls every library. It tells how close to the
 // floor a store can come before it holds more than one tenant.
+//
+// Run it in a process of its own, not beside BenchmarkMemory: on some
+// machines go-limiter's hot key, timed after it in the same process, ran
+// slower in some processes and not in others.
 func BenchmarkDecisionFloor(b *testing.B) {
 	origin := time.Now()
 	seed := maphash.MakeSeed()
